@@ -1,0 +1,70 @@
+"""Paper-mode privacy formulas of seed 000, each as its theorem states it."""
+from __future__ import annotations
+
+import math
+
+from pipeline.accounting.events import PvecDpEvent
+
+
+def pvec_analysis_bound(event: PvecDpEvent) -> tuple[float, float]:
+    """The (ε, δ) the proof of Theorem 3.2 / A.6 establishes for one P_vec call.
+
+    With γ = δ̂ = δ/(d+1) and ε̂ = ε/(18√ln(1/γ)), Lemma 3.3 gives
+    ε' ≤ 18ε̂² + 6ε̂√ln(1/γ) = ε/3 + ε²/(18 ln((d+1)/δ)) and δ' = δ. The proof
+    needs g ≥ max(2Δ₂√n, √d, 4), p < 1/2, ε ≤ 15 and δ < 1/2; a call that
+    breaks them gets no bound.
+
+    Args:
+      event: the call.
+
+    Returns:
+      (ε', δ').
+
+    Raises:
+      ValueError: the call is outside the theorem's conditions.
+    """
+    needed_g = max(2.0 * event.norm_bound * math.sqrt(event.users), math.sqrt(event.dim), 4.0)
+    if event.g < needed_g or not 0.0 < event.p < 0.5:
+        raise ValueError(f"P_vec call outside Theorem 3.2: g={event.g} (needs ≥ {needed_g:.3f}), p={event.p}")
+    if not (0.0 < event.epsilon <= 15.0 and 0.0 < event.delta < 0.5):
+        raise ValueError(f"P_vec call outside Theorem 3.2: ε={event.epsilon}, δ={event.delta}")
+    log_inv_gamma = math.log((event.dim + 1) / event.delta)
+    epsilon_hat = event.epsilon / (18.0 * math.sqrt(log_inv_gamma))
+    bound = 18.0 * epsilon_hat**2 + 6.0 * epsilon_hat * math.sqrt(log_inv_gamma)
+    return bound, event.delta
+
+
+def advanced_composition(epsilon0: float, delta0: float, rounds: int, slack: float) -> tuple[float, float]:
+    """Advanced composition (Dwork, Rothblum, Vadhan 2010, Thm III.3), as the
+    proof of Lemma B.6 / Theorem 4.9 of seed 000 uses it for P_GD.
+
+    k adaptively chosen (ε0, δ0)-DP mechanisms are (ε', kδ0 + δ')-DP with
+    ε' = √(2k ln(1/δ'))·ε0 + k·ε0·(e^ε0 − 1).
+
+    Args:
+      epsilon0, delta0: the per-round guarantee.
+      rounds: k ≥ 0.
+      slack: δ' ∈ (0, 1).
+
+    Returns:
+      (ε', δ').
+    """
+    if rounds == 0:
+        return 0.0, 0.0
+    epsilon = math.sqrt(2.0 * rounds * math.log(1.0 / slack)) * epsilon0 + rounds * epsilon0 * math.expm1(epsilon0)
+    return epsilon, rounds * delta0 + slack
+
+
+def full_gd_round_budget(epsilon: float, delta: float, rounds: int) -> tuple[float, float]:
+    """Per-round (ε0, δ0) of P_GD (Lemma B.6 / Theorem 4.9 of seed 000).
+
+    ε0 = ε/(2√(2T ln(1/δ))), δ0 = δ/(T+1); composed with slack δ/(T+1).
+
+    Args:
+      epsilon, delta: the whole run's target.
+      rounds: T.
+
+    Returns:
+      (ε0, δ0).
+    """
+    return epsilon / (2.0 * math.sqrt(2.0 * rounds * math.log(1.0 / delta))), delta / (rounds + 1)

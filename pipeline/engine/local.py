@@ -1,0 +1,28 @@
+"""In-process shards: bit-identical to Ray, for tests and small runs."""
+from __future__ import annotations
+
+from pipeline.engine.job import RunJob
+from pipeline.engine.pool import ShardPool
+from pipeline.engine.shard import Shard
+
+
+class LocalPool(ShardPool):
+    """Shards as plain objects in the driver's process."""
+
+    def __init__(self, job: RunJob, shards: int):
+        super().__init__(job, shards)
+        self.shards = [Shard(job, first, stop) for first, stop in self.shard_blocks]
+
+    def run_rounds(self, shard, state, start, stop):
+        return self.shards[shard].run_rounds(state, start, stop)
+
+    def block_counts(self, plan, params, theta):
+        return [part for shard in self.shards for part in shard.block_counts(plan, params, theta)]
+
+    def shuffle_messages(self, plan, params, theta):
+        destinations = len(self.shards)
+        scattered = [shard.literal_scatter(plan, params, theta, destinations) for shard in self.shards]
+        return [
+            shard.literal_gather(plan.round, *[sent[d] for sent in scattered])
+            for d, shard in enumerate(self.shards)
+        ]

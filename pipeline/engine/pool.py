@@ -1,0 +1,89 @@
+"""The driver's side of a run, over any pool of shards (in-process or Ray
+actors): which rounds travel to the shard holding their users, which fan out,
+and how the statistic of a fanned-out round is gathered (shared/DESIGN.md §2)."""
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import numpy as np
+
+from pipeline.engine.job import EXACT, RunJob
+from pipeline.engine.rounds import RoundRecord, execute_rounds
+from pipeline.optimizers.base import RoundPlan
+from pipeline.protocols.cjmp import BlockCounts, PvecParams, ShuffledCounts
+
+Messages = tuple[np.ndarray, np.ndarray]
+
+
+class ShardPool(abc.ABC):
+    """Shards of one run, and the calls the driver makes on them.
+
+    Args:
+      job: the run.
+      shards: the requested number of shards (capped at the number of blocks).
+    """
+
+    def __init__(self, job: RunJob, shards: int):
+        self.job = job
+        layout = job.layout
+        self.shard_blocks = layout.shard_blocks(shards)
+        self.user_ranges = [(layout.block_users(a)[0], layout.block_users(b - 1)[1]) for a, b in self.shard_blocks]
+
+    def owner(self, plan: RoundPlan) -> int | None:
+        """The shard holding every user of the round, if one does."""
+        for index, (first, stop) in enumerate(self.user_ranges):
+            if first <= plan.first_user and plan.stop_user <= stop:
+                return index
+        return None
+
+    @abc.abstractmethod
+    def run_rounds(self, shard: int, state: Any, start: int, stop: int) -> tuple[Any, list[RoundRecord]]:
+        """Shard.run_rounds on one shard."""
+
+    @abc.abstractmethod
+    def block_counts(self, plan: RoundPlan, params: PvecParams, theta: np.ndarray) -> list[BlockCounts]:
+        """Shard.block_counts of every shard, concatenated."""
+
+    @abc.abstractmethod
+    def shuffle_messages(self, plan: RoundPlan, params: PvecParams, theta: np.ndarray) -> list[Messages]:
+        """Literal mode: every shard's messages through the two-stage shuffle."""
+
+    def close(self) -> None:
+        """Releases the shards."""
+
+    def collect(self, plan: RoundPlan, params: PvecParams, theta: np.ndarray) -> ShuffledCounts:
+        """The analyzer's statistic of a round that spans shards."""
+        protocol = self.job.protocol
+        if self.job.simulation == EXACT:
+            return protocol.combine(self.block_counts(plan, params, theta))
+        shuffled = self.shuffle_messages(plan, params, theta)
+        labels = np.concatenate([part[0] for part in shuffled])
+        bits = np.concatenate([part[1] for part in shuffled])
+        return protocol.count_messages(params, labels, bits)
+
+    def run(self) -> tuple[Any, list[RoundRecord]]:
+        """Runs every round of the job.
+
+        Consecutive rounds whose users all live in one shard run there (exact
+        mode), so sequential protocols pay one trip per shard, not per round.
+
+        Returns:
+          (final optimizer state, one record per round).
+        """
+        schedule = self.job.schedule
+        state = self.job.optimizer.init()
+        records: list[RoundRecord] = []
+        start = 0
+        while start < schedule.rounds:
+            owner = self.owner(schedule.plan(start)) if self.job.simulation == EXACT else None
+            stop = start + 1
+            if owner is None:
+                state, batch = execute_rounds(self.job, state, start, stop, self.collect)
+            else:
+                while stop < schedule.rounds and self.owner(schedule.plan(stop)) == owner:
+                    stop += 1
+                state, batch = self.run_rounds(owner, state, start, stop)
+            records.extend(batch)
+            start = stop
+        return state, records

@@ -1,0 +1,67 @@
+"""Shards as Ray actors: data generated and kept in each actor, θ broadcast,
+O(d) statistics (or, in literal mode, shuffled messages) gathered."""
+from __future__ import annotations
+
+import logging
+import math
+import os
+
+import ray
+
+from pipeline.engine.job import RunJob
+from pipeline.engine.pool import ShardPool
+from pipeline.engine.shard import Shard
+
+ShardActor = ray.remote(Shard)
+
+
+def ensure_ray() -> None:
+    """Connects to the cluster in RAY_ADDRESS (e.g. under `ray job submit`),
+    or starts a local Ray instance, once per process."""
+    if not ray.is_initialized():
+        ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False,
+                 logging_level=logging.ERROR, configure_logging=True)
+
+
+class RayPool(ShardPool):
+    """One actor per shard; each asks for an equal share of the cluster's CPUs
+    (at most one), so any shard count can be scheduled."""
+
+    def __init__(self, job: RunJob, shards: int):
+        super().__init__(job, shards)
+        ensure_ray()
+        cpus = ray.cluster_resources().get("CPU", 1.0)
+        # Ray resolves fractions to 1e-4; round down so the shares fit the cluster.
+        per_actor = math.floor(min(1.0, cpus / len(self.shard_blocks)) * 1e4) / 1e4
+        job_ref = ray.put(job)
+        self.actors = [
+            ShardActor.options(num_cpus=per_actor).remote(job_ref, first, stop)
+            for first, stop in self.shard_blocks
+        ]
+
+    def run_rounds(self, shard, state, start, stop):
+        return ray.get(self.actors[shard].run_rounds.remote(state, start, stop))
+
+    def block_counts(self, plan, params, theta):
+        theta_ref = ray.put(theta)
+        parts = ray.get([actor.block_counts.remote(plan, params, theta_ref) for actor in self.actors])
+        return [part for shard_parts in parts for part in shard_parts]
+
+    def shuffle_messages(self, plan, params, theta):
+        destinations = len(self.actors)
+        theta_ref = ray.put(theta)
+        scattered = [
+            actor.literal_scatter.options(num_returns=destinations).remote(plan, params, theta_ref, destinations)
+            for actor in self.actors
+        ]
+        if destinations == 1:
+            scattered = [[refs] for refs in scattered]
+        gathered = [
+            actor.literal_gather.remote(plan.round, *[sent[d] for sent in scattered])
+            for d, actor in enumerate(self.actors)
+        ]
+        return ray.get(gathered)
+
+    def close(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor)

@@ -1,0 +1,63 @@
+"""One round end to end, wherever it runs: query → users' statistic →
+analyzer → optimizer update → metrics (shared/DESIGN.md §2)."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from pipeline.optimizers.base import RoundPlan
+from pipeline.protocols.cjmp import PvecParams, ShuffledCounts
+
+# (plan, protocol parameters, θ) → the analyzer's statistic of the round.
+Collect = Callable[[RoundPlan, PvecParams, np.ndarray], ShuffledCounts]
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundRecord:
+    """What a round leaves behind: its plan, the protocol parameters it ran
+    with (for the ledger), and the released model's loss."""
+
+    plan: RoundPlan
+    params: PvecParams
+    excess_loss: float
+    population_loss: float
+    seconds: float
+
+
+def execute_rounds(job: Any, state: Any, start: int, stop: int, collect: Collect) -> tuple[Any, list[RoundRecord]]:
+    """Runs rounds [start, stop) of a job.
+
+    The optimizer only ever sees the analyzer's estimate: `collect` returns
+    the shuffled-message statistic and `decode` turns it into a noisy sum.
+
+    Args:
+      job: the RunJob.
+      state: the optimizer state before round `start`.
+      start, stop: the rounds to run.
+      collect: gathers the round's statistic from the users.
+
+    Returns:
+      (state after round stop − 1, one record per round).
+    """
+    records = []
+    for round_index in range(start, stop):
+        began = time.perf_counter()
+        plan = job.schedule.plan(round_index)
+        params = job.protocol.plan(plan.users, job.problem.dim, plan.epsilon, plan.delta, plan.norm_bound)
+        counts = collect(plan, params, job.optimizer.query(state))
+        noisy_sum = job.protocol.decode(params, counts)
+        state = job.optimizer.update(state, noisy_sum / plan.users)
+        released = job.optimizer.output(state)
+        records.append(
+            RoundRecord(
+                plan,
+                params,
+                job.problem.excess_loss(released),
+                job.problem.population_loss(released),
+                time.perf_counter() - began,
+            )
+        )
+    return state, records

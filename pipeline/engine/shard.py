@@ -1,0 +1,146 @@
+"""A shard: the users of a group of blocks, their data kept in place for the
+whole run, and their side of every round (the trust boundary of DESIGN §3:
+nothing per-user leaves this object, only protocol output)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pipeline.engine.job import RunJob
+from pipeline.engine.layout import DATA_STREAM, PERMUTE_STREAM, ROUND_STREAM, SCATTER_STREAM, stream
+from pipeline.engine.rounds import RoundRecord, execute_rounds
+from pipeline.optimizers.base import DATA, RoundPlan
+from pipeline.protocols.cjmp import BlockCounts, PvecParams
+
+
+def clip_rows(vectors: np.ndarray, bound: float) -> np.ndarray:
+    """Scales every row with ‖row‖₂ > bound back onto the ball (notes T8).
+
+    Privacy needs ‖input‖₂ ≤ Δ₂ for every user; Lipschitzness gives it up to
+    float error, so clip defensively.
+    """
+    norms = np.linalg.norm(vectors, axis=1)
+    over = norms > bound
+    if over.any():
+        vectors = vectors.copy()
+        vectors[over] *= (bound / norms[over])[:, None]
+    return vectors
+
+
+class Shard:
+    """The users of blocks [first_block, stop_block) of one run.
+
+    Args:
+      job: the run.
+      first_block, stop_block: the shard's blocks.
+    """
+
+    def __init__(self, job: RunJob, first_block: int, stop_block: int):
+        self.job = job
+        layout = job.layout
+        self.blocks = range(first_block, stop_block)
+        self.first_user = layout.block_users(first_block)[0]
+        self.stop_user = layout.block_users(stop_block - 1)[1]
+        # Each block's data come from its own stream: the same whatever the sharding.
+        parts = []
+        for block in self.blocks:
+            first, stop = layout.block_users(block)
+            parts.append(job.problem.sample(stream(job.seed, DATA_STREAM, block), stop - first))
+        self.data = np.concatenate(parts)
+
+    def owns(self, plan: RoundPlan) -> bool:
+        """Whether every user of the round lives in this shard."""
+        return self.first_user <= plan.first_user and plan.stop_user <= self.stop_user
+
+    def _inputs(self, plan: RoundPlan, theta: np.ndarray, first: int, stop: int) -> np.ndarray:
+        rows = self.data[first - self.first_user: stop - self.first_user]
+        vectors = rows if plan.inputs == DATA else self.job.problem.gradients(theta, rows)
+        return clip_rows(vectors, plan.norm_bound)
+
+    def _block_slices(self, plan: RoundPlan):
+        """(block, first user, stop user) of the round's users in this shard."""
+        first = max(plan.first_user, self.first_user)
+        stop = min(plan.stop_user, self.stop_user)
+        for block in self.job.layout.blocks_overlapping(first, stop):
+            block_first, block_stop = self.job.layout.block_users(block)
+            yield block, max(first, block_first), min(stop, block_stop)
+
+    def block_counts(self, plan: RoundPlan, params: PvecParams, theta: np.ndarray) -> list[BlockCounts]:
+        """Exact mode: each block's sufficient statistic for this round.
+
+        Args:
+          plan: the round.
+          params: the protocol parameters.
+          theta: the queried model.
+
+        Returns:
+          One BlockCounts per block of this shard with users in the round.
+        """
+        return [
+            self.job.protocol.encode_block(
+                params, block, self._inputs(plan, theta, first, stop),
+                stream(self.job.seed, ROUND_STREAM, plan.round, block),
+            )
+            for block, first, stop in self._block_slices(plan)
+        ]
+
+    def run_rounds(self, state: Any, start: int, stop: int) -> tuple[Any, list[RoundRecord]]:
+        """Runs rounds whose users all live here, without a trip to the driver.
+
+        Args:
+          state: the optimizer state before round `start`.
+          start, stop: the rounds.
+
+        Returns:
+          (state, records), as execute_rounds.
+        """
+        def collect(plan, params, theta):
+            return self.job.protocol.combine(self.block_counts(plan, params, theta))
+
+        return execute_rounds(self.job, state, start, stop, collect)
+
+    def literal_scatter(self, plan: RoundPlan, params: PvecParams, theta: np.ndarray,
+                        destinations: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Literal mode, shuffle stage 1: this shard's users' labelled bits,
+        each sent to a uniformly random destination shard.
+
+        Args:
+          plan, params, theta: the round.
+          destinations: the number of shards.
+
+        Returns:
+          For each destination, (labels, bits) of the messages sent to it.
+        """
+        parts = [
+            self.job.protocol.encode_messages(
+                params, self._inputs(plan, theta, first, stop),
+                stream(self.job.seed, ROUND_STREAM, plan.round, block),
+            )
+            for block, first, stop in self._block_slices(plan)
+        ]
+        if not parts:
+            empty = (np.zeros(0, np.int32), np.zeros(0, np.uint8))
+            return [empty] * destinations
+        labels = np.concatenate([part[0] for part in parts])
+        bits = np.concatenate([part[1] for part in parts])
+        rng = stream(self.job.seed, SCATTER_STREAM, plan.round, self.blocks.start)
+        target = rng.integers(destinations, size=labels.size)
+        return [(labels[target == d], bits[target == d]) for d in range(destinations)]
+
+    def literal_gather(self, round_index: int, *chunks: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Literal mode, shuffle stage 2: a uniform permutation of the messages
+        this shard received. Uniform destinations plus uniform permutations
+        within each destination make the concatenation a uniform permutation.
+
+        Args:
+          round_index: the round.
+          *chunks: (labels, bits) from every source shard.
+
+        Returns:
+          The permuted (labels, bits).
+        """
+        labels = np.concatenate([chunk[0] for chunk in chunks])
+        bits = np.concatenate([chunk[1] for chunk in chunks])
+        order = stream(self.job.seed, PERMUTE_STREAM, round_index, self.blocks.start).permutation(labels.size)
+        return labels[order], bits[order]

@@ -1,0 +1,12 @@
+"""SCO algorithms as pure functions over explicit state (shared/DESIGN.md §2)."""
+from __future__ import annotations
+
+from pipeline.optimizers.base import DATA, GRADIENTS, Optimizer, RoundGroup, RoundPlan, Schedule
+from pipeline.optimizers.full_gd import FullGD
+from pipeline.optimizers.mean_estimation import MeanEstimation
+from pipeline.optimizers.seq_sgd import SeqSGD
+
+OPTIMIZERS = {cls.name: cls for cls in (MeanEstimation, SeqSGD, FullGD)}
+
+__all__ = ["DATA", "GRADIENTS", "OPTIMIZERS", "FullGD", "MeanEstimation", "Optimizer",
+           "RoundGroup", "RoundPlan", "Schedule", "SeqSGD"]

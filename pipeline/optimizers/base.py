@@ -1,0 +1,141 @@
+"""What every optimizer is: a data-independent round schedule plus pure
+functions over explicit state, in the style of optax (shared/DESIGN.md §2).
+
+The schedule says, before any data is touched, which users each round asks,
+with which privacy budget and norm bound; it is what the ledger is planned
+from. The state functions never see per-user values: `update` receives the
+analyzer's estimate of the mean of the round's inputs.
+"""
+from __future__ import annotations
+
+import abc
+import bisect
+import dataclasses
+from typing import Any, ClassVar
+
+import numpy as np
+
+from pipeline.problems.base import Problem
+
+GRADIENTS = "gradients"  # users send ∇ℓ(θ, x) at the queried θ
+DATA = "data"  # users send their raw points (mean estimation)
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundGroup:
+    """Consecutive rounds that each ask `users` users with one budget.
+
+    Attributes:
+      rounds: how many rounds.
+      users: users per round.
+      first_user: the first user of the group's first round.
+      user_stride: how far the batch moves each round: `users` for disjoint
+        consecutive batches (sequential), 0 for the same users every round.
+      epsilon, delta: each round's protocol budget.
+      norm_bound: Δ₂ of each round's inputs.
+    """
+
+    rounds: int
+    users: int
+    first_user: int
+    user_stride: int
+    epsilon: float
+    delta: float
+    norm_bound: float
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundPlan:
+    """One round: its users [first_user, stop_user), budget and input kind."""
+
+    round: int
+    first_user: int
+    stop_user: int
+    epsilon: float
+    delta: float
+    norm_bound: float
+    inputs: str
+
+    @property
+    def users(self) -> int:
+        return self.stop_user - self.first_user
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """The whole run's rounds, known before any data is read.
+
+    Attributes:
+      composition: how the ledger composes rounds ("sequential" or
+        "fully_interactive", see pipeline.accounting.ledger).
+      groups: the rounds, in order.
+      inputs: GRADIENTS or DATA.
+      slack: δ' of advanced composition (fully interactive only).
+    """
+
+    composition: str
+    groups: tuple[RoundGroup, ...]
+    inputs: str = GRADIENTS
+    slack: float | None = None
+
+    def __post_init__(self):
+        starts, total = [], 0
+        for group in self.groups:
+            starts.append(total)
+            total += group.rounds
+        object.__setattr__(self, "_starts", tuple(starts))
+        object.__setattr__(self, "_total", total)
+
+    @property
+    def rounds(self) -> int:
+        return self._total
+
+    def plan(self, round_index: int) -> RoundPlan:
+        """The plan of one round.
+
+        Args:
+          round_index: 0 ≤ round_index < rounds.
+
+        Returns:
+          The round's plan.
+        """
+        at = bisect.bisect_right(self._starts, round_index) - 1
+        group = self.groups[at]
+        first = group.first_user + (round_index - self._starts[at]) * group.user_stride
+        return RoundPlan(
+            round_index, first, first + group.users, group.epsilon, group.delta, group.norm_bound, self.inputs
+        )
+
+
+class Optimizer(abc.ABC):
+    """An SCO algorithm as pure functions of explicit state.
+
+    Subclasses are frozen dataclasses holding their resolved hyperparameters.
+    """
+
+    name: ClassVar[str]
+    problem: Problem
+
+    @abc.abstractmethod
+    def schedule(self) -> Schedule:
+        """The data-independent round schedule."""
+
+    @abc.abstractmethod
+    def init(self) -> Any:
+        """The initial state."""
+
+    @abc.abstractmethod
+    def query(self, state: Any) -> np.ndarray:
+        """The point θ at which this round's users evaluate their gradients."""
+
+    @abc.abstractmethod
+    def update(self, state: Any, noisy_mean: np.ndarray) -> Any:
+        """The next state, from the analyzer's estimate of the round's mean input."""
+
+    @abc.abstractmethod
+    def output(self, state: Any) -> np.ndarray:
+        """The model the algorithm would release if it stopped now."""
+
+    @abc.abstractmethod
+    def hyperparameters(self) -> dict[str, float | int]:
+        """The resolved hyperparameters (batch size, rounds, step size, ...)."""

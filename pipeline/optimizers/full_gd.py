@@ -1,0 +1,68 @@
+"""P_GD: fully interactive noisy projected gradient descent (seed 000, Algorithm 5, Theorem 4.9)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar
+
+from pipeline.accounting.ledger import FULLY_INTERACTIVE
+from pipeline.accounting.paper import full_gd_round_budget
+from pipeline.optimizers.averaged import AveragedProjectedDescent
+from pipeline.optimizers.base import RoundGroup, Schedule
+from pipeline.problems.base import Problem
+
+
+@dataclasses.dataclass(frozen=True)
+class FullGD(AveragedProjectedDescent):
+    """Every round asks all n users through P_vec at (ε0, δ0); T rounds compose
+    to (ε, δ) by advanced composition (Lemma B.6).
+
+    Algorithm 5 prints a loop t = 1..T that reads the undefined θ_1 and
+    outputs the average of θ_0..θ_{T−1}; we loop t = 0..T−1 (notes T2).
+
+    Attributes:
+      problem: the SCO problem (0 ∈ Θ).
+      n_users: n.
+      epsilon, delta: the run's target.
+      rounds: T.
+      step_size: η.
+    """
+
+    problem: Problem
+    n_users: int
+    epsilon: float
+    delta: float
+    rounds: int
+    step_size: float
+    name: ClassVar[str] = "full_gd"
+
+    @classmethod
+    def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
+                    rounds: int | None = None, batch_size: int | None = None,
+                    step_size: float | None = None) -> "FullGD":
+        """Resolves Lemma B.6's parameters, honouring overrides.
+
+        T = min(n, ⌊ε²n²/(d ln²(nd/δ))⌋) (at least 1); η = D/(L√T). The per-round
+        budget always follows the T actually run, so an override of T keeps
+        the run (ε, δ)-DP. `batch_size` does not apply (every user, every round).
+        """
+        n, d = n_users, problem.dim
+        if rounds is None:
+            rounds = max(1, min(n, math.floor(epsilon**2 * n**2 / (d * math.log(n * d / delta) ** 2))))
+        if step_size is None:
+            step_size = problem.diameter / (problem.lipschitz * math.sqrt(rounds))
+        return cls(problem, n_users, epsilon, delta, rounds, step_size)
+
+    def round_budget(self) -> tuple[float, float]:
+        """(ε0, δ0) of every round."""
+        return full_gd_round_budget(self.epsilon, self.delta, self.rounds)
+
+    def schedule(self) -> Schedule:
+        epsilon0, delta0 = self.round_budget()
+        group = RoundGroup(self.rounds, self.n_users, 0, 0, epsilon0, delta0, self.problem.lipschitz)
+        return Schedule(FULLY_INTERACTIVE, (group,), slack=self.delta / (self.rounds + 1))
+
+    def hyperparameters(self) -> dict[str, float | int]:
+        epsilon0, delta0 = self.round_budget()
+        return {"rounds": self.rounds, "step_size": self.step_size,
+                "round_epsilon": epsilon0, "round_delta": delta0}

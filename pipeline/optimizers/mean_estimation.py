@@ -1,0 +1,57 @@
+"""Mean estimation: one P_vec call over all users' raw points (the simplest end-to-end check)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import numpy as np
+
+from pipeline.accounting.ledger import SEQUENTIAL
+from pipeline.optimizers.base import DATA, Optimizer, RoundGroup, Schedule
+from pipeline.problems.base import Problem
+
+
+@dataclasses.dataclass(frozen=True)
+class MeanEstimation(Optimizer):
+    """θ̂ = π_Θ(P_vec(x_1..x_n)/n) with Δ₂ = the data's norm bound (inputs are
+    clipped to it). For the quadratic problem θ* is the mean, so the excess
+    loss is ½‖θ̂ − E x‖².
+
+    Attributes:
+      problem: the SCO problem.
+      n_users: n.
+      epsilon, delta: the run's target, spent by the single call.
+    """
+
+    problem: Problem
+    n_users: int
+    epsilon: float
+    delta: float
+    name: ClassVar[str] = "mean_estimation"
+
+    @classmethod
+    def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
+                    rounds: int | None = None, batch_size: int | None = None,
+                    step_size: float | None = None) -> "MeanEstimation":
+        """One round over all users; rounds, batch_size and step_size do not apply."""
+        return cls(problem, n_users, epsilon, delta)
+
+    def schedule(self) -> Schedule:
+        group = RoundGroup(1, self.n_users, 0, self.n_users, self.epsilon, self.delta,
+                           self.problem.data_norm_bound)
+        return Schedule(SEQUENTIAL, (group,), inputs=DATA)
+
+    def init(self) -> np.ndarray:
+        return np.zeros(self.problem.dim)
+
+    def query(self, state: np.ndarray) -> np.ndarray:
+        return state
+
+    def update(self, state: np.ndarray, noisy_mean: np.ndarray) -> np.ndarray:
+        return self.problem.project(noisy_mean)
+
+    def output(self, state: np.ndarray) -> np.ndarray:
+        return state
+
+    def hyperparameters(self) -> dict[str, float | int]:
+        return {"rounds": 1, "batch_size": self.n_users}

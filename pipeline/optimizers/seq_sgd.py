@@ -1,0 +1,77 @@
+"""P_SGD: sequentially interactive mini-batch SGD (seed 000, Algorithm 3, Theorem 4.1)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar
+
+from pipeline.accounting.ledger import SEQUENTIAL
+from pipeline.errors import ConfigError
+from pipeline.optimizers.averaged import AveragedProjectedDescent
+from pipeline.optimizers.base import RoundGroup, Schedule
+from pipeline.problems.base import Problem
+
+
+@dataclasses.dataclass(frozen=True)
+class SeqSGD(AveragedProjectedDescent):
+    """T disjoint batches of B users; each user answers once, in one P_vec call
+    at the full (ε, δ) (the transcript is (ε, δ)-DP by parallel composition).
+
+    Attributes:
+      problem: the SCO problem.
+      n_users: n.
+      epsilon, delta: the run's target, spent by every batch.
+      batch_size: B.
+      rounds: T ≤ n/B.
+      step_size: η.
+    """
+
+    problem: Problem
+    n_users: int
+    epsilon: float
+    delta: float
+    batch_size: int
+    rounds: int
+    step_size: float
+    name: ClassVar[str] = "seq_sgd"
+
+    @classmethod
+    def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
+                    rounds: int | None = None, batch_size: int | None = None,
+                    step_size: float | None = None) -> "SeqSGD":
+        """Resolves Theorem 4.1's parameters, honouring overrides.
+
+        B = ⌈√d ln(d/δ)/ε⌉ clamped to [1, n]; T = ⌊n/B⌋. The printed
+        η = εBD/(L√T(εB + √d L ln(d/δ))) has an extra L (notes T7); we use its
+        intended form η = D/(L_G√T) with L_G = L(1 + √d ln(d/δ)/(εB)), which
+        equals the printed one at L = 1.
+
+        Raises:
+          ConfigError: rounds × batch_size > n (a user would answer twice).
+        """
+        d = problem.dim
+        log_term = math.sqrt(d) * math.log(d / delta)
+        if batch_size is None:
+            batch_size = min(max(1, math.ceil(log_term / epsilon)), n_users)
+        elif batch_size > n_users:
+            raise ConfigError("optimizer.batch_size", batch_size, f"must be ≤ n_users = {n_users}")
+        if rounds is None:
+            rounds = n_users // batch_size
+        elif rounds * batch_size > n_users:
+            raise ConfigError(
+                "optimizer.rounds", rounds,
+                f"rounds × batch_size ({batch_size}) must be ≤ n_users = {n_users}: "
+                "each user answers once (seed 000, Theorem 4.1)",
+            )
+        if step_size is None:
+            lipschitz_g = problem.lipschitz * (1.0 + log_term / (epsilon * batch_size))
+            step_size = problem.diameter / (lipschitz_g * math.sqrt(rounds))
+        return cls(problem, n_users, epsilon, delta, batch_size, rounds, step_size)
+
+    def schedule(self) -> Schedule:
+        group = RoundGroup(self.rounds, self.batch_size, 0, self.batch_size,
+                           self.epsilon, self.delta, self.problem.lipschitz)
+        return Schedule(SEQUENTIAL, (group,))
+
+    def hyperparameters(self) -> dict[str, float | int]:
+        return {"batch_size": self.batch_size, "rounds": self.rounds, "step_size": self.step_size}

@@ -1,0 +1,79 @@
+"""The quadratic problem ℓ(θ, x) = ½‖θ − x‖² on an ℓ2 ball (notes seed-000 T20)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import numpy as np
+
+from pipeline.problems.base import Problem
+
+
+@dataclasses.dataclass(frozen=True)
+class Quadratic(Problem):
+    """ℓ(θ, x) = ½‖θ − x‖² on Θ = {‖θ‖₂ ≤ R}.
+
+    Data: x = μ + (R/2)·u with u uniform on the unit sphere and μ = (R/2)·1/√d,
+    so ‖x‖₂ ≤ R, E x = μ and E‖x − μ‖² = R²/4 exactly. Hence
+    F(θ) = ½‖θ − μ‖² + R²/8, θ* = μ (inside Θ) and F(θ) − F(θ*) = ½‖θ − μ‖².
+    Constants: ‖∇ℓ‖ = ‖θ − x‖ ≤ 2R = L; β = λ = 1; D = 2R.
+
+    Args:
+      dim: d.
+      radius: R, the radius of Θ.
+    """
+
+    dim: int
+    radius: float
+    name: ClassVar[str] = "quadratic"
+
+    @property
+    def lipschitz(self) -> float:
+        return 2.0 * self.radius
+
+    @property
+    def smoothness(self) -> float:
+        return 1.0
+
+    @property
+    def strong_convexity(self) -> float:
+        return 1.0
+
+    @property
+    def diameter(self) -> float:
+        return 2.0 * self.radius
+
+    @property
+    def data_norm_bound(self) -> float:
+        return self.radius
+
+    @property
+    def spread(self) -> float:
+        """Radius of the sphere the data lie on around μ."""
+        return self.radius / 2.0
+
+    @property
+    def optimum(self) -> np.ndarray:
+        return np.full(self.dim, self.radius / 2.0 / np.sqrt(self.dim))
+
+    def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        directions = rng.standard_normal((count, self.dim))
+        norms = np.linalg.norm(directions, axis=1, keepdims=True)
+        # A zero draw has probability 0; guard anyway so no NaN can appear.
+        norms[norms == 0.0] = 1.0
+        return self.optimum + self.spread * (directions / norms)
+
+    def gradients(self, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
+        return theta - data
+
+    def project(self, theta: np.ndarray) -> np.ndarray:
+        norm = float(np.linalg.norm(theta))
+        return theta if norm <= self.radius else theta * (self.radius / norm)
+
+    def population_loss(self, theta: np.ndarray) -> float:
+        gap = theta - self.optimum
+        return 0.5 * float(gap @ gap) + 0.5 * self.spread**2
+
+    def excess_loss(self, theta: np.ndarray) -> float:
+        gap = theta - self.optimum
+        return 0.5 * float(gap @ gap)

@@ -1,0 +1,48 @@
+"""Shuffle protocols: plan parameters, encode user blocks, combine, decode.
+
+No Ray and no I/O here (shared/DESIGN.md §2, `protocols/`).
+"""
+from __future__ import annotations
+
+from pipeline.accounting.events import PvecDpEvent
+from pipeline.protocols import cjmp
+
+
+class CjmpVec:
+    """P_vec of seed 000 (Algorithm 2, Theorem 3.2) as the engine drives it."""
+
+    name = "cjmp_vec"
+    plan = staticmethod(cjmp.plan_pvec)
+    encode_block = staticmethod(cjmp.encode_block)
+    combine = staticmethod(cjmp.combine)
+    encode_messages = staticmethod(cjmp.encode_messages)
+    count_messages = staticmethod(cjmp.count_messages)
+    decode = staticmethod(cjmp.decode)
+
+    @staticmethod
+    def event(params: cjmp.PvecParams, block_size: int) -> PvecDpEvent:
+        """The privacy event of one call.
+
+        Args:
+          params: the call's parameters.
+          block_size: users per engine block (decides the noise sampler).
+
+        Returns:
+          The event.
+        """
+        return PvecDpEvent(
+            users=params.users,
+            dim=params.dim,
+            epsilon=params.epsilon,
+            delta=params.delta,
+            norm_bound=params.norm_bound,
+            g=params.g,
+            b_noise=params.b_noise,
+            p=params.p,
+            noise_sampler=params.noise_sampler(block_size),
+        )
+
+
+PROTOCOLS = {CjmpVec.name: CjmpVec}
+
+__all__ = ["PROTOCOLS", "CjmpVec", "cjmp"]

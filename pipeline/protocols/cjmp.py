@@ -1,0 +1,305 @@
+"""CJMP summation protocols: P_1D (Algorithm 1) and P_vec (Algorithm 2) of seed 000.
+
+Each user of P_1D with input x ∈ [0, Δ] sends exactly g + b_noise one-bit
+messages: x̂ ones for the randomized rounding x̂ = ⌊xg/Δ⌋ + Bernoulli(frac)
+and Binomial(b_noise, p) noise ones. The analyzer sees only the shuffled
+multiset, whose sufficient statistic is the count of ones (Lemma A.2 proof);
+it returns (Δ/g)(#ones − p·b_noise·n). P_vec runs P_1D on every coordinate of
+x + Δ₂ with range Δ = 2Δ₂ and labels each message with its coordinate.
+
+Two encodings with the same distribution of what the analyzer sees:
+  exact:   per block of users, Σ x̂ (one uniform per user and coordinate) and one
+           centred binomial per coordinate for the block's noise bits;
+  literal: every labelled bit materialized, to be permuted by a real shuffle.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import numpy as np
+
+from pipeline.protocols.sampling import centred_binomial, noise_sampler, split_mean
+
+# Literal mode materializes labels (int32) and bits (uint8) for every message,
+# plus the uniform draws that make them; refuse runs that could not fit.
+LITERAL_MAX_MESSAGES = 20_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class PvecParams:
+    """The parameters of one P_vec call (Theorem 3.2 / A.6 of seed 000).
+
+    Attributes:
+      users: n, the users in this call (the round's batch; notes T4).
+      dim: d.
+      epsilon, delta: the call's privacy target (ε, δ).
+      norm_bound: Δ₂, the ℓ2 bound on every input.
+      g: fixed-point precision of each P_1D.
+      b_noise: noise bits per user and coordinate.
+      p: Bernoulli probability of each noise bit.
+      epsilon_hat, delta_hat: the per-coordinate P_1D privacy parameters.
+    """
+
+    users: int
+    dim: int
+    epsilon: float
+    delta: float
+    norm_bound: float
+    g: int
+    b_noise: int
+    p: float
+    epsilon_hat: float
+    delta_hat: float
+
+    @property
+    def value_range(self) -> float:
+        """Δ = 2Δ₂, the range of the shifted coordinates (notes T6)."""
+        return 2.0 * self.norm_bound
+
+    @property
+    def messages_per_user(self) -> int:
+        """d·(g + b_noise) one-bit messages, independent of the data."""
+        return self.dim * (self.g + self.b_noise)
+
+    def noise_sampler(self, block_users: int) -> str:
+        """The noise sampler used for a block of `block_users` users."""
+        return noise_sampler(min(block_users, self.users) * self.b_noise)
+
+
+def p1d_noise(g: int, users: int, epsilon: float, delta: float) -> tuple[int, float]:
+    """Noise parameters of P_1D by the rule of Lemma 3.1 / A.2 (ε ≤ 15, δ < 1/2).
+
+    b_noise is the smallest integer with b_noise > 180 g² ln(2/δ)/(ε² n), and
+    p = 90 g² ln(2/δ)/(b_noise ε² n), so p < 1/2 and b_noise·p·n is the value
+    the proof needs.
+
+    Args:
+      g: the precision, g ≥ Δ√n.
+      users: n.
+      epsilon, delta: the P_1D privacy parameters.
+
+    Returns:
+      (b_noise, p).
+    """
+    threshold = 180.0 * g * g * math.log(2.0 / delta) / (epsilon**2 * users)
+    b_noise = math.floor(threshold) + 1
+    # Round p up by one ulp: more noise is always safe, float error never less.
+    p = math.nextafter(threshold / (2.0 * b_noise), 1.0)
+    while p >= 0.5:  # only possible through float error in `threshold`
+        b_noise += 1
+        p = math.nextafter(threshold / (2.0 * b_noise), 1.0)
+    return b_noise, p
+
+
+@functools.lru_cache(maxsize=4096)
+def plan_pvec(users: int, dim: int, epsilon: float, delta: float, norm_bound: float) -> PvecParams:
+    """P_vec's parameters by the proof of Theorem 3.2 / A.6 of seed 000.
+
+    γ = δ̂ = δ/(d+1); ε̂ = ε/(18√ln(1/γ)); g = ⌈max(2Δ₂√n, √d, 4)⌉ (the ceiling
+    keeps g an integer; g ≥ √d and g ≥ 4 are needed for privacy, notes T5);
+    (b_noise, p) by Lemma 3.1 for P_1D with range 2Δ₂ at (ε̂, δ̂).
+
+    Args:
+      users: n ≥ 1, the users in this call.
+      dim: d ≥ 1.
+      epsilon: 0 < ε ≤ 15.
+      delta: 0 < δ < 1/2.
+      norm_bound: Δ₂ > 0.
+
+    Returns:
+      The parameters.
+
+    Raises:
+      ValueError: an argument outside the theorem's range.
+    """
+    if not 0.0 < epsilon <= 15.0:
+        raise ValueError(f"P_vec epsilon = {epsilon}: must be in (0, 15] (Theorem 3.2)")
+    if not 0.0 < delta < 0.5:
+        raise ValueError(f"P_vec delta = {delta}: must be in (0, 1/2) (Theorem 3.2)")
+    if users < 1 or dim < 1 or not norm_bound > 0.0:
+        raise ValueError(f"P_vec needs users ≥ 1, dim ≥ 1, norm_bound > 0; got {users}, {dim}, {norm_bound}")
+    delta_hat = delta / (dim + 1)
+    epsilon_hat = epsilon / (18.0 * math.sqrt(math.log(1.0 / delta_hat)))
+    g = math.ceil(max(2.0 * norm_bound * math.sqrt(users), math.sqrt(dim), 4.0))
+    b_noise, p = p1d_noise(g, users, epsilon_hat, delta_hat)
+    return PvecParams(users, dim, epsilon, delta, norm_bound, g, b_noise, p, epsilon_hat, delta_hat)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockCounts:
+    """One user block's contribution to the shuffled-message statistic.
+
+    Attributes:
+      block: the block's index (partials are added in block order).
+      users: users of the block in this call.
+      rounded_ones: Σ_i x̂_ij per coordinate (int64, exact).
+      noise_ones: the block's noise ones per coordinate, centred by their
+        public mean users·b_noise·p (float64).
+    """
+
+    block: int
+    users: int
+    rounded_ones: np.ndarray
+    noise_ones: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class ShuffledCounts:
+    """All the analyzer receives: per coordinate label, the number of ones
+    among the shuffled messages, minus the public constant n·b_noise·p.
+
+    Attributes:
+      users: n, the users of the call.
+      centred_ones: float64 array of shape (d,).
+    """
+
+    users: int
+    centred_ones: np.ndarray
+
+
+def _shift_and_scale(params: PvecParams, vectors: np.ndarray) -> np.ndarray:
+    """x ↦ (x + Δ₂)·g/Δ, clamped to [0, g] against float error (notes T6, T8)."""
+    scaled = (vectors + params.norm_bound) * (params.g / params.value_range)
+    return np.clip(scaled, 0.0, float(params.g), out=scaled)
+
+
+def _randomized_rounding(params: PvecParams, vectors: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """x̂ = ⌊s⌋ + Bernoulli(s − ⌊s⌋) per user and coordinate (Algorithm 1, notes T9)."""
+    scaled = _shift_and_scale(params, vectors)
+    floor = np.floor(scaled)
+    up = rng.random(scaled.shape) < (scaled - floor)
+    return floor.astype(np.int64) + up
+
+
+def encode_block(params: PvecParams, block: int, vectors: np.ndarray, rng: np.random.Generator) -> BlockCounts:
+    """Exact-mode encoding of one block of users (the sufficient statistic).
+
+    The sum over the block's users of independent Binomial(b_noise, p) noise
+    counts is one Binomial(users·b_noise, p) per coordinate (DESIGN §4).
+
+    Args:
+      params: the call's parameters.
+      block: the block index.
+      vectors: the users' inputs, shape (users, d), each ‖x‖₂ ≤ Δ₂.
+      rng: the generator keyed by (round, block).
+
+    Returns:
+      The block's counts.
+    """
+    users = vectors.shape[0]
+    rounded = _randomized_rounding(params, vectors, rng).sum(axis=0)
+    noise = centred_binomial(rng, users * params.b_noise, params.p, params.dim)
+    return BlockCounts(block, users, rounded, noise)
+
+
+def combine(partials: list[BlockCounts]) -> ShuffledCounts:
+    """Adds block partials in block order, so the float64 sum is the same
+    whatever shards produced them.
+
+    Args:
+      partials: every block's counts for one call.
+
+    Returns:
+      The analyzer's statistic.
+    """
+    ordered = sorted(partials, key=lambda part: part.block)
+    rounded = np.sum([part.rounded_ones for part in ordered], axis=0, dtype=np.int64)
+    noise = np.zeros_like(ordered[0].noise_ones)
+    for part in ordered:
+        noise += part.noise_ones
+    users = sum(part.users for part in ordered)
+    return ShuffledCounts(users, rounded.astype(np.float64) + noise)
+
+
+def encode_messages(params: PvecParams, vectors: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Literal-mode randomizer R_vec: every user's labelled one-bit messages.
+
+    Each user sends, for each coordinate j, g value bits (x̂_j ones) and
+    b_noise Bernoulli(p) noise bits, all labelled j. The output carries no
+    user identity: it is what enters the shuffler.
+
+    Args:
+      params: the call's parameters.
+      vectors: the users' inputs, shape (users, d).
+      rng: the generator keyed by (round, block).
+
+    Returns:
+      (labels int32, bits uint8), each of length users·d·(g + b_noise).
+    """
+    users, dim = vectors.shape
+    rounded = _randomized_rounding(params, vectors, rng)
+    value_bits = np.arange(params.g) < rounded[..., None]
+    noise_bits = rng.random((users, dim, params.b_noise)) < params.p
+    bits = np.concatenate([value_bits, noise_bits], axis=2).astype(np.uint8)
+    labels = np.broadcast_to(np.arange(dim, dtype=np.int32)[None, :, None], bits.shape)
+    return labels.reshape(-1).copy(), bits.reshape(-1)
+
+
+def count_messages(params: PvecParams, labels: np.ndarray, bits: np.ndarray) -> ShuffledCounts:
+    """The analyzer's count of ones per label among shuffled literal messages.
+
+    Args:
+      params: the call's parameters.
+      labels, bits: the shuffled messages.
+
+    Returns:
+      The analyzer's statistic.
+    """
+    ones = np.bincount(labels, weights=bits, minlength=params.dim).astype(np.int64)
+    whole_users = params.users * params.b_noise
+    centre = fractions_product(whole_users, params.p)
+    return ShuffledCounts(params.users, (ones - centre[0]).astype(np.float64) - centre[1])
+
+
+def fractions_product(trials: int, p: float) -> tuple[int, float]:
+    """trials·p split into an exact integer part and a float fraction."""
+    from pipeline.protocols.sampling import _split_centre
+
+    return _split_centre(trials, p)
+
+
+def decode(params: PvecParams, counts: ShuffledCounts) -> np.ndarray:
+    """Analyzer A_vec: the unbiased estimate of Σ_i x_i (Algorithm 2).
+
+    z_j = (Δ/g)·(#ones_j − p·b_noise·n), then o_j = z_j − n·Δ₂ undoes the shift.
+
+    Args:
+      params: the call's parameters.
+      counts: the shuffled-message statistic.
+
+    Returns:
+      float64 array of shape (d,).
+
+    Raises:
+      ValueError: the statistic is for a different number of users (notes T4).
+    """
+    if counts.users != params.users:
+        raise ValueError(f"statistic of {counts.users} users for a call planned for {params.users}")
+    return (params.value_range / params.g) * counts.centred_ones - params.users * params.norm_bound
+
+
+def exact_variance(params: PvecParams, vectors: np.ndarray) -> np.ndarray:
+    """Exact per-coordinate variance of decode(...) for these inputs (notes §4.2).
+
+    Var_j = (Δ/g)² [Σ_i f_ij(1 − f_ij) + n·b_noise·p(1 − p)], f_ij the
+    fractional part of the scaled input.
+
+    Args:
+      params: the call's parameters.
+      vectors: the inputs, shape (n, d).
+
+    Returns:
+      float64 array of shape (d,).
+    """
+    scaled = _shift_and_scale(params, vectors)
+    frac = scaled - np.floor(scaled)
+    rounding = (frac * (1.0 - frac)).sum(axis=0)
+    noise = params.users * params.b_noise * params.p * (1.0 - params.p)
+    return (params.value_range / params.g) ** 2 * (rounding + noise)
+
+
+def literal_messages(params: PvecParams) -> int:
+    """Messages a literal-mode call materializes: n·d·(g + b_noise)."""
+    return params.users * params.messages_per_user
