@@ -1,0 +1,136 @@
+"""MLflow: one run per (grid point, seed), params, batched metrics, artifacts."""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import numpy as np
+import pandas as pd
+from mlflow.entities import Metric, Param, RunStatus
+from mlflow.tracking import MlflowClient
+
+from pipeline.errors import ConfigError
+
+# MLflow accepts at most 1000 metrics and 100 params per log_batch call.
+METRICS_PER_BATCH = 1000
+PARAMS_PER_BATCH = 100
+# Steps logged per metric; rounds.parquet keeps every round.
+MAX_METRIC_STEPS = 1000
+RUN_ID_TAG = "run_id"
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a sqlite:/// URI, else None."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri[len("sqlite:///"):]).resolve()
+
+
+def ui_command(uri: str) -> str:
+    """The shell command that opens the MLflow UI on this store."""
+    database = sqlite_path(uri)
+    if database is not None:
+        return f"mlflow ui --backend-store-uri sqlite:///{database}"
+    return f"open {uri} in a browser" if urlparse(uri).scheme in ("http", "https") else f"mlflow ui --backend-store-uri {uri}"
+
+
+def metric_steps(rounds: int) -> np.ndarray:
+    """Every round if there are few; else log-spaced rounds and the last."""
+    if rounds <= MAX_METRIC_STEPS:
+        return np.arange(rounds)
+    spaced = np.unique(np.round(np.geomspace(1, rounds, MAX_METRIC_STEPS)).astype(int) - 1)
+    return np.union1d(spaced, [rounds - 1])
+
+
+class MlflowTracker:
+    """One MLflow experiment in one tracking store.
+
+    Args:
+      uri: the tracking URI (sqlite:///..., file:///..., http://...).
+      experiment: the experiment name.
+
+    Raises:
+      ConfigError: the store cannot be opened.
+    """
+
+    def __init__(self, uri: str, experiment: str):
+        logging.getLogger("mlflow").setLevel(logging.ERROR)
+        logging.getLogger("alembic").setLevel(logging.ERROR)
+        self.uri = uri
+        database = sqlite_path(uri)
+        try:
+            if database is not None:
+                database.parent.mkdir(parents=True, exist_ok=True)
+            self.client = MlflowClient(tracking_uri=uri)
+            found = self.client.get_experiment_by_name(experiment)
+            if found is None:
+                # Artifacts beside a SQLite file, not in the working directory.
+                location = (database.parent / "mlartifacts").as_uri() if database is not None else None
+                self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+            else:
+                self.experiment_id = found.experiment_id
+        except Exception as err:  # MLflow raises many types; report them as one line
+            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise ConfigError("tracking.mlflow_uri", uri, f"cannot open the MLflow store ({first_line})") from None
+
+    def start(self, run_id: str, name: str, params: dict[str, object]) -> str:
+        """Starts the MLflow run of a pipeline run, failing stale attempts.
+
+        Args:
+          run_id: the pipeline run id (tagged, for resume).
+          name: the run's display name.
+          params: flattened parameters.
+
+        Returns:
+          The MLflow run id.
+        """
+        stale = self.client.search_runs([self.experiment_id], filter_string=f"tags.{RUN_ID_TAG} = '{run_id}'")
+        for run in stale:
+            if run.info.status == RunStatus.to_string(RunStatus.RUNNING):
+                self.client.set_terminated(run.info.run_id, status="FAILED")
+        run = self.client.create_run(self.experiment_id, run_name=name, tags={RUN_ID_TAG: run_id})
+        items = [Param(key, str(value)) for key, value in params.items() if value is not None]
+        for at in range(0, len(items), PARAMS_PER_BATCH):
+            self.client.log_batch(run.info.run_id, params=items[at:at + PARAMS_PER_BATCH])
+        return run.info.run_id
+
+    def log_rounds(self, mlflow_run_id: str, rounds: pd.DataFrame, columns: tuple[str, ...]) -> None:
+        """Logs per-round metrics with step = round, in batches.
+
+        Args:
+          mlflow_run_id: the MLflow run.
+          rounds: the run's rounds table.
+          columns: the metric columns to log.
+        """
+        timestamp = int(time.time() * 1000)
+        picked = rounds.iloc[metric_steps(len(rounds))]
+        metrics = [
+            Metric(column, float(value), timestamp, int(step))
+            for column in columns
+            for step, value in zip(picked["round"], picked[column])
+        ]
+        for at in range(0, len(metrics), METRICS_PER_BATCH):
+            self.client.log_batch(mlflow_run_id, metrics=metrics[at:at + METRICS_PER_BATCH])
+
+    def finish(self, mlflow_run_id: str, summary: dict[str, float], artifacts: Path | None, status: str) -> None:
+        """Logs final metrics and artifacts, then ends the run.
+
+        Args:
+          mlflow_run_id: the MLflow run.
+          summary: final metrics.
+          artifacts: a folder whose files become the run's artifacts, or None.
+          status: "FINISHED" or "FAILED".
+        """
+        timestamp = int(time.time() * 1000)
+        metrics = [Metric(key, float(value), timestamp, 0) for key, value in summary.items()]
+        if metrics:
+            self.client.log_batch(mlflow_run_id, metrics=metrics)
+        if artifacts is not None:
+            self.client.log_artifacts(mlflow_run_id, str(artifacts))
+        self.client.set_terminated(mlflow_run_id, status=status)
+
+    def fail(self, mlflow_run_id: str) -> None:
+        """Ends a run as FAILED."""
+        self.client.set_terminated(mlflow_run_id, status="FAILED")
