@@ -1,6 +1,7 @@
 """Paper-mode privacy formulas of seed 000, each as its theorem states it."""
 from __future__ import annotations
 
+import fractions
 import math
 
 from pipeline.accounting.events import PvecDpEvent
@@ -52,13 +53,25 @@ def advanced_composition(epsilon0: float, delta0: float, rounds: int, slack: flo
     if rounds == 0:
         return 0.0, 0.0
     epsilon = math.sqrt(2.0 * rounds * math.log(1.0 / slack)) * epsilon0 + rounds * epsilon0 * math.expm1(epsilon0)
-    return epsilon, rounds * delta0 + slack
+    return epsilon, round_up(fractions.Fraction(delta0) * rounds + fractions.Fraction(slack))
+
+
+def round_up(value: fractions.Fraction) -> float:
+    """The smallest float ≥ an exact value: a ledger never reports less than was spent."""
+    nearest = float(value)
+    return nearest if fractions.Fraction(nearest) >= value else math.nextafter(nearest, math.inf)
+
+
+def split_below(total: float, parts: int) -> float:
+    """A float share s with parts·s ≤ total exactly (one ulp under total/parts)."""
+    return math.nextafter(total / parts, 0.0)
 
 
 def full_gd_round_budget(epsilon: float, delta: float, rounds: int) -> tuple[float, float]:
     """Per-round (ε0, δ0) of P_GD (Lemma B.6 / Theorem 4.9 of seed 000).
 
-    ε0 = ε/(2√(2T ln(1/δ))), δ0 = δ/(T+1); composed with slack δ/(T+1).
+    ε0 = ε/(2√(2T ln(1/δ))), δ0 = δ/(T+1); composed with slack δ/(T+1). δ0
+    is rounded down so that T·δ0 + δ' ≤ δ holds exactly, not only up to float error.
 
     Args:
       epsilon, delta: the whole run's target.
@@ -67,4 +80,4 @@ def full_gd_round_budget(epsilon: float, delta: float, rounds: int) -> tuple[flo
     Returns:
       (ε0, δ0).
     """
-    return epsilon / (2.0 * math.sqrt(2.0 * rounds * math.log(1.0 / delta))), delta / (rounds + 1)
+    return epsilon / (2.0 * math.sqrt(2.0 * rounds * math.log(1.0 / delta))), split_below(delta, rounds + 1)

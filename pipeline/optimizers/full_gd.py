@@ -6,7 +6,7 @@ import math
 from typing import ClassVar
 
 from pipeline.accounting.ledger import FULLY_INTERACTIVE
-from pipeline.accounting.paper import full_gd_round_budget
+from pipeline.accounting.paper import full_gd_round_budget, split_below
 from pipeline.optimizers.averaged import AveragedProjectedDescent
 from pipeline.optimizers.base import RoundGroup, Schedule
 from pipeline.problems.base import Problem
@@ -60,7 +60,7 @@ class FullGD(AveragedProjectedDescent):
     def schedule(self) -> Schedule:
         epsilon0, delta0 = self.round_budget()
         group = RoundGroup(self.rounds, self.n_users, 0, 0, epsilon0, delta0, self.problem.lipschitz)
-        return Schedule(FULLY_INTERACTIVE, (group,), slack=self.delta / (self.rounds + 1))
+        return Schedule(FULLY_INTERACTIVE, (group,), slack=split_below(self.delta, self.rounds + 1))
 
     def hyperparameters(self) -> dict[str, float | int]:
         epsilon0, delta0 = self.round_budget()

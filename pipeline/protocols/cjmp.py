@@ -93,6 +93,27 @@ def p1d_noise(g: int, users: int, epsilon: float, delta: float) -> tuple[int, fl
     return b_noise, p
 
 
+def plan_p1d(users: int, value_range: float, epsilon: float, delta: float) -> PvecParams:
+    """P_1D's parameters by Lemma 3.1 / A.2 of seed 000, for inputs in [0, Δ].
+
+    g = ⌈Δ√n⌉ (at least 1); (b_noise, p) by `p1d_noise` at (ε, δ). Expressed as
+    a one-coordinate PvecParams with Δ₂ = Δ/2, so P_1D on x is P_vec's
+    machinery on x − Δ/2: the shift by Δ₂ gives back x·g/Δ exactly.
+
+    Args:
+      users: n ≥ 1.
+      value_range: Δ > 0.
+      epsilon: 0 < ε ≤ 15.
+      delta: 0 < δ < 1/2.
+
+    Returns:
+      The parameters (epsilon_hat, delta_hat = ε, δ).
+    """
+    g = max(1, math.ceil(value_range * math.sqrt(users)))
+    b_noise, p = p1d_noise(g, users, epsilon, delta)
+    return PvecParams(users, 1, epsilon, delta, value_range / 2.0, g, b_noise, p, epsilon, delta)
+
+
 @functools.lru_cache(maxsize=4096)
 def plan_pvec(users: int, dim: int, epsilon: float, delta: float, norm_bound: float) -> PvecParams:
     """P_vec's parameters by the proof of Theorem 3.2 / A.6 of seed 000.
@@ -248,16 +269,8 @@ def count_messages(params: PvecParams, labels: np.ndarray, bits: np.ndarray) -> 
       The analyzer's statistic.
     """
     ones = np.bincount(labels, weights=bits, minlength=params.dim).astype(np.int64)
-    whole_users = params.users * params.b_noise
-    centre = fractions_product(whole_users, params.p)
-    return ShuffledCounts(params.users, (ones - centre[0]).astype(np.float64) - centre[1])
-
-
-def fractions_product(trials: int, p: float) -> tuple[int, float]:
-    """trials·p split into an exact integer part and a float fraction."""
-    from pipeline.protocols.sampling import _split_centre
-
-    return _split_centre(trials, p)
+    whole, fraction = split_mean(params.users * params.b_noise, params.p)
+    return ShuffledCounts(params.users, (ones - whole).astype(np.float64) - fraction)
 
 
 def decode(params: PvecParams, counts: ShuffledCounts) -> np.ndarray:

@@ -1,0 +1,99 @@
+"""The quickstart end to end: MLflow store, Parquet outputs, resume, ledger CLI."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from pipeline import cli
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
+RUN_COLUMNS = {"run_id", "mlflow_run_id", "config_hash", "seed", "final_excess_loss", "epsilon", "delta",
+               "status", "wall_s", "n_users", "problem.dim", "optimizer.name", "privacy.epsilon"}
+ROUND_COLUMNS = {"run_id", "round", "users_in_round", "excess_loss", "population_loss", "epsilon_spent",
+                 "delta_spent", "wall_s"}
+
+
+@pytest.fixture(scope="module")
+def quickstart(ray_session, tmp_path_factory):
+    """Runs experiments/quickstart.yaml, unchanged but for where it writes."""
+    root = tmp_path_factory.mktemp("quickstart")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    args = ["run", str(QUICKSTART), "--out", str(root / "results"), "--set", f"tracking.mlflow_uri={uri}"]
+    assert cli.main(args) == 0
+    return root, uri, args
+
+
+def _runs_in(uri):
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("quickstart")
+    return client, client.search_runs([experiment.experiment_id], max_results=1000)
+
+
+def test_quickstart_writes_parquet_with_the_contract_columns(quickstart):
+    root, _, _ = quickstart
+    runs = pd.read_parquet(root / "results" / "runs.parquet")
+    rounds = pd.read_parquet(root / "results" / "rounds.parquet")
+    assert RUN_COLUMNS <= set(runs.columns) and ROUND_COLUMNS <= set(rounds.columns)
+    assert len(runs) == 8 and set(runs["status"]) == {"finished"}
+    assert (runs["epsilon"] <= runs["privacy.epsilon"]).all() and (runs["delta"] <= runs["privacy.delta"]).all()
+    per_run = rounds.groupby("run_id")["round"].agg(["count", "max"])
+    assert (per_run["count"] == per_run["max"] + 1).all() and set(per_run.index) == set(runs["run_id"])
+    final = rounds.sort_values("round").groupby("run_id")["excess_loss"].last()
+    assert (final.loc[runs["run_id"]].to_numpy() == runs["final_excess_loss"].to_numpy()).all()
+    for run_id in runs["run_id"]:
+        folder = root / "results" / "runs" / run_id
+        assert {p.name for p in folder.iterdir()} == {"ledger.json", "config.yaml", "rounds.parquet"}
+
+
+def test_quickstart_runs_are_in_mlflow_with_params_metrics_and_artifacts(quickstart):
+    _, uri, _ = quickstart
+    client, runs = _runs_in(uri)
+    assert len(runs) == 8 and {r.info.status for r in runs} == {"FINISHED"}
+    sgd = next(r for r in runs if r.data.params["optimizer.name"] == "seq_sgd")
+    assert float(sgd.data.params["privacy.epsilon"]) in (1.0, 8.0) and "resolved.batch_size" in sgd.data.params
+    history = client.get_metric_history(sgd.info.run_id, "excess_loss")
+    steps = [m.step for m in history]
+    assert len(steps) > 100 and steps == sorted(steps)
+    assert {a.path for a in client.list_artifacts(sgd.info.run_id)} == {"ledger.json", "config.yaml", "rounds.parquet"}
+    ledger = json.loads(Path(client.download_artifacts(sgd.info.run_id, "ledger.json")).read_text())
+    assert ledger["accounting"]["paper"]["checks"] == {
+        "disjoint_batches": True, "within_target": True, "exact_noise_sampler": True}
+
+
+def test_rerun_skips_finished_runs_and_redoes_interrupted_ones(quickstart, capsys):
+    root, uri, args = quickstart
+    assert cli.main(args) == 0
+    assert capsys.readouterr().out.count("already finished, skipped") == 8
+    # Simulate a driver killed mid-run: its MLflow run left RUNNING, its
+    # rounds written, its runs.parquet row not yet.
+    runs_path = root / "results" / "runs.parquet"
+    runs = pd.read_parquet(runs_path)
+    victim = runs.iloc[0]
+    runs.iloc[1:].to_parquet(runs_path, index=False)
+    client, _ = _runs_in(uri)
+    client.update_run(victim["mlflow_run_id"], status="RUNNING")
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert out.count("already finished, skipped") == 7 and "8 runs: 1 finished, 7 skipped, 0 failed" in out
+    runs = pd.read_parquet(runs_path)
+    rounds = pd.read_parquet(root / "results" / "rounds.parquet")
+    assert len(runs) == 8 and runs["run_id"].is_unique
+    assert not rounds.duplicated(["run_id", "round"]).any()
+    _, mlflow_runs = _runs_in(uri)
+    statuses = [r.info.status for r in mlflow_runs if r.data.tags["run_id"] == victim["run_id"]]
+    assert sorted(statuses) == ["FAILED", "FINISHED"]
+
+
+def test_ledger_command_prints_every_grid_point(capsys):
+    assert cli.main(["ledger", str(QUICKSTART)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert len(printed["runs"]) == 4 and all(p["seeds"] == [0, 1] for p in printed["runs"])
+    for point in printed["runs"]:
+        paper = point["ledger"]["accounting"]["paper"]
+        assert paper["epsilon"] <= point["config"]["privacy.epsilon"] and paper["checks"]["within_target"]
+        for event in point["ledger"]["events"]:
+            assert {"users", "dim", "epsilon", "delta", "g", "b_noise", "p", "analysis_bound"} <= set(event)
