@@ -91,43 +91,50 @@ def _literal_estimate(params, vectors, rng, permute=False):
 # 1, 2. P_1D: unbiased, MSE equals the exact variance
 # ---------------------------------------------------------------------------
 
-P1D_USERS, P1D_RANGE, P1D_EPSILON, P1D_DELTA = 50, 1.0, 1.0, 1e-3
 P1D_TRIALS = 4000
+# (n, Δ, ε, δ): the brief's noise-dominated setting, and a high-ε setting with
+# Δ ≠ 1 where the randomized rounding's share of the variance is large enough
+# that deterministic rounding would show up as bias and as a variance deficit.
+P1D_SETTINGS = [(50, 1.0, 1.0, 1e-3), (50, 2.0, 15.0, 0.4)]
 
 
-@pytest.fixture(scope="module")
-def p1d_runs():
-    params = cjmp.plan_p1d(P1D_USERS, P1D_RANGE, P1D_EPSILON, P1D_DELTA)
+@pytest.fixture(scope="module", params=P1D_SETTINGS, ids=["n50-eps1", "n50-range2-eps15"])
+def p1d_runs(request):
+    users, value_range, epsilon, delta = request.param
+    params = cjmp.plan_p1d(users, value_range, epsilon, delta)
     data_rng = np.random.default_rng(np.random.SeedSequence(1001))
-    x = data_rng.uniform(0.0, P1D_RANGE, P1D_USERS)
-    x[:3] = [0.0, P1D_RANGE, P1D_RANGE / 2]  # the range's ends and its centre
-    vectors = (x - P1D_RANGE / 2)[:, None]  # P_1D is P_vec's machinery on x − Δ/2
+    x = data_rng.uniform(0.0, value_range, users)
+    x[:3] = [0.0, value_range, value_range / 2]  # the range's ends and its centre
+    # Half the users sit at fractional part 0.3 of the fixed-point grid.
+    grid = data_rng.integers(0, params.g, users // 2)
+    x[3 : 3 + users // 2] = (grid + 0.3) * (value_range / params.g)
+    vectors = (x - value_range / 2)[:, None]  # P_1D is P_vec's machinery on x − Δ/2
     rng = np.random.default_rng(np.random.SeedSequence(1002))
     errors = np.empty(P1D_TRIALS)
     for t in range(P1D_TRIALS):
         estimate, _ = _exact_estimate(params, [(0, vectors)], rng)
-        errors[t] = estimate[0] + P1D_USERS * P1D_RANGE / 2 - x.sum()
-    return params, vectors, errors
+        errors[t] = estimate[0] + users * value_range / 2 - x.sum()
+    return request.param, params, vectors, errors
 
 
 def test_p1d_exact_variance_matches_first_principles_and_lemma_3_1_bound(p1d_runs):
-    params, vectors, _ = p1d_runs
+    (users, value_range, epsilon, delta), params, vectors, _ = p1d_runs
     k2, _ = _error_cumulants(params, vectors)
     np.testing.assert_allclose(cjmp.exact_variance(params, vectors), k2, rtol=1e-12)
     # The proof's explicit bound (notes §4.1): Δ²n/(4g²) + 90Δ² ln(2/δ)/ε².
-    bound = P1D_RANGE**2 * P1D_USERS / (4 * params.g**2) + 90 * P1D_RANGE**2 * math.log(2 / P1D_DELTA) / P1D_EPSILON**2
+    bound = value_range**2 * users / (4 * params.g**2) + 90 * value_range**2 * math.log(2 / delta) / epsilon**2
     assert k2[0] <= bound
 
 
 def test_p1d_is_unbiased(p1d_runs):
-    params, vectors, errors = p1d_runs
+    _, params, vectors, errors = p1d_runs
     variance = cjmp.exact_variance(params, vectors)[0]
     standard_error = math.sqrt(variance / P1D_TRIALS)
     assert abs(errors.mean()) <= Z * standard_error, (errors.mean(), standard_error)
 
 
 def test_p1d_mse_matches_exact_variance(p1d_runs):
-    params, vectors, errors = p1d_runs
+    _, params, vectors, errors = p1d_runs
     exact = cjmp.exact_variance(params, vectors)[0]
     k2, k4 = _error_cumulants(params, vectors)
     standard_error = _se_of_mse(k2, k4, P1D_TRIALS)[0]
