@@ -58,13 +58,13 @@ class _CountingPool(LocalPool):
         super().__init__(job, shards)
         self.uses = np.zeros(job.n_users, dtype=int)
         for shard in self.shards:
-            original = shard._inputs
+            original = shard._input_chunks
 
             def spy(plan, theta, first, stop, original=original):
                 self.uses[first:stop] += 1
                 return original(plan, theta, first, stop)
 
-            shard._inputs = spy
+            shard._input_chunks = spy
 
 
 def test_seq_sgd_uses_each_user_exactly_once():

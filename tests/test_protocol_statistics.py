@@ -74,13 +74,17 @@ def _se_of_sample_variance(k2: np.ndarray, k4: np.ndarray, draws: int) -> np.nda
 
 
 def _exact_estimate(params, blocks, rng):
-    """One exact-mode run: encode each (block index, slice), combine, decode."""
-    partials = [cjmp.encode_block(params, index, part, rng) for index, part in blocks]
+    """One exact-mode run: encode each (block index, slice), combine, decode.
+
+    Inputs here are (users, d); the protocol takes (d, users) chunks, which it
+    overwrites, hence the copy.
+    """
+    partials = [cjmp.encode_block(params, index, [part.T.copy()], rng) for index, part in blocks]
     return cjmp.decode(params, cjmp.combine(partials)), partials
 
 
 def _literal_estimate(params, vectors, rng, permute=False):
-    labels, bits = cjmp.encode_messages(params, vectors, rng)
+    labels, bits = cjmp.encode_messages(params, vectors.T, rng)
     if permute:
         order = rng.permutation(labels.size)
         labels, bits = labels[order], bits[order]
@@ -120,7 +124,7 @@ def p1d_runs(request):
 def test_p1d_exact_variance_matches_first_principles_and_lemma_3_1_bound(p1d_runs):
     (users, value_range, epsilon, delta), params, vectors, _ = p1d_runs
     k2, _ = _error_cumulants(params, vectors)
-    np.testing.assert_allclose(cjmp.exact_variance(params, vectors), k2, rtol=1e-12)
+    np.testing.assert_allclose(cjmp.exact_variance(params, vectors.T), k2, rtol=1e-12)
     # The proof's explicit bound (notes §4.1): Δ²n/(4g²) + 90Δ² ln(2/δ)/ε².
     bound = value_range**2 * users / (4 * params.g**2) + 90 * value_range**2 * math.log(2 / delta) / epsilon**2
     assert k2[0] <= bound
@@ -128,14 +132,14 @@ def test_p1d_exact_variance_matches_first_principles_and_lemma_3_1_bound(p1d_run
 
 def test_p1d_is_unbiased(p1d_runs):
     _, params, vectors, errors = p1d_runs
-    variance = cjmp.exact_variance(params, vectors)[0]
+    variance = cjmp.exact_variance(params, vectors.T)[0]
     standard_error = math.sqrt(variance / P1D_TRIALS)
     assert abs(errors.mean()) <= Z * standard_error, (errors.mean(), standard_error)
 
 
 def test_p1d_mse_matches_exact_variance(p1d_runs):
     _, params, vectors, errors = p1d_runs
-    exact = cjmp.exact_variance(params, vectors)[0]
+    exact = cjmp.exact_variance(params, vectors.T)[0]
     k2, k4 = _error_cumulants(params, vectors)
     standard_error = _se_of_mse(k2, k4, P1D_TRIALS)[0]
     mse = np.mean(errors**2)
@@ -196,18 +200,18 @@ def pvec_runs():
 def test_pvec_exact_variance_matches_first_principles(pvec_runs):
     params, vectors, *_ = pvec_runs
     k2, _ = _error_cumulants(params, vectors)
-    np.testing.assert_allclose(cjmp.exact_variance(params, vectors), k2, rtol=1e-12)
+    np.testing.assert_allclose(cjmp.exact_variance(params, vectors.T), k2, rtol=1e-12)
 
 
 def test_pvec_is_unbiased_per_coordinate(pvec_runs):
     params, vectors, errors, *_ = pvec_runs
-    standard_error = np.sqrt(cjmp.exact_variance(params, vectors) / PVEC_TRIALS)
+    standard_error = np.sqrt(cjmp.exact_variance(params, vectors.T) / PVEC_TRIALS)
     assert np.all(np.abs(errors.mean(axis=0)) <= Z * standard_error), (errors.mean(axis=0), standard_error)
 
 
 def test_pvec_mse_matches_exact_variance(pvec_runs):
     params, vectors, errors, *_ = pvec_runs
-    exact = cjmp.exact_variance(params, vectors)
+    exact = cjmp.exact_variance(params, vectors.T)
     k2, k4 = _error_cumulants(params, vectors)
     mse = np.mean(errors**2, axis=0)
     per_coordinate_se = _se_of_mse(k2, k4, PVEC_TRIALS)
@@ -261,7 +265,7 @@ def test_exact_and_literal_modes_agree_in_distribution(dim):
         [_literal_estimate(params, vectors, literal_rng, permute=t < PERMUTED_TRIALS) for t in range(MODE_TRIALS)]
     )
     k2, k4 = _error_cumulants(params, vectors)
-    variance = cjmp.exact_variance(params, vectors)
+    variance = cjmp.exact_variance(params, vectors.T)
     variance_se = _se_of_sample_variance(k2, k4, MODE_TRIALS)
     for name, estimates in (("exact", exact), ("literal", literal)):
         mean_error = estimates.mean(axis=0) - truth
@@ -289,12 +293,12 @@ def test_literal_message_count_is_fixed_and_data_independent(dim):
         np.full((TINY_USERS, dim), -TINY_NORM / math.sqrt(dim)),
     ]
     for vectors in datasets:
-        labels, bits = cjmp.encode_messages(params, vectors, rng)
+        labels, bits = cjmp.encode_messages(params, vectors.T, rng)
         assert labels.shape == bits.shape == (TINY_USERS * per_user,)
         assert set(np.unique(bits)) <= {0, 1}
         np.testing.assert_array_equal(np.bincount(labels, minlength=dim), np.full(dim, TINY_USERS * (params.g + params.b_noise)))
         for user in (0, 1, TINY_USERS - 1):
-            one_labels, one_bits = cjmp.encode_messages(params, vectors[user : user + 1], rng)
+            one_labels, one_bits = cjmp.encode_messages(params, vectors[user : user + 1].T, rng)
             assert one_labels.size == one_bits.size == per_user
 
 
@@ -302,7 +306,7 @@ def test_count_messages_matches_independent_count_and_ignores_order():
     dim = 2
     params = cjmp.plan_pvec(TINY_USERS, dim, TINY_EPSILON, TINY_DELTA, TINY_NORM)
     rng = np.random.default_rng(np.random.SeedSequence(4101))
-    labels, bits = cjmp.encode_messages(params, _tiny_inputs(dim), rng)
+    labels, bits = cjmp.encode_messages(params, _tiny_inputs(dim).T, rng)
     ones = np.bincount(labels[bits == 1], minlength=dim)
     centre = fractions.Fraction(params.p) * (params.users * params.b_noise)
     reference = np.array([float(int(k) - centre) for k in ones])

@@ -11,20 +11,30 @@ from pipeline.engine.job import RunJob
 from pipeline.engine.layout import DATA_STREAM, PERMUTE_STREAM, ROUND_STREAM, SCATTER_STREAM, stream
 from pipeline.engine.rounds import RoundRecord, execute_rounds
 from pipeline.optimizers.base import DATA, RoundPlan
-from pipeline.protocols.cjmp import BlockCounts, PvecParams
+from pipeline.protocols.cjmp import BlockCounts, PvecParams, RoundingWorkspace
 
 
-def clip_rows(vectors: np.ndarray, bound: float) -> np.ndarray:
-    """Scales every row with ‖row‖₂ > bound back onto the ball (notes T8).
+# Users per chunk: about 2^15 user-coordinates, so a chunk's buffers stay in
+# cache. Depends on d only, so the random draws do not depend on the sharding.
+CHUNK_ELEMENTS = 1 << 15
+
+
+def chunk_users(dim: int) -> int:
+    """Users per chunk for dimension d."""
+    return max(1, CHUNK_ELEMENTS // dim)
+
+
+def clip_columns(vectors: np.ndarray, bound: float) -> np.ndarray:
+    """Scales, in place, every user (column) with ‖x‖₂ > bound back onto the
+    ball (notes T8).
 
     Privacy needs ‖input‖₂ ≤ Δ₂ for every user; Lipschitzness gives it up to
     float error, so clip defensively.
     """
-    norms = np.linalg.norm(vectors, axis=1)
-    over = norms > bound
+    squared = np.einsum("ij,ij->j", vectors, vectors)
+    over = squared > bound * bound
     if over.any():
-        vectors = vectors.copy()
-        vectors[over] *= (bound / norms[over])[:, None]
+        vectors[:, over] *= bound / np.sqrt(squared[over])
     return vectors
 
 
@@ -47,16 +57,33 @@ class Shard:
         for block in self.blocks:
             first, stop = layout.block_users(block)
             parts.append(job.problem.sample(stream(job.seed, DATA_STREAM, block), stop - first))
-        self.data = np.concatenate(parts)
+        self.data = np.concatenate(parts, axis=1)  # (d, users of this shard)
+        self.dim = self.data.shape[0]
+        self._step = chunk_users(self.dim)
+        self._buffer = np.empty(self.dim * self._step)
+        self._work = RoundingWorkspace(self._step, self.dim)
 
     def owns(self, plan: RoundPlan) -> bool:
         """Whether every user of the round lives in this shard."""
         return self.first_user <= plan.first_user and plan.stop_user <= self.stop_user
 
+    def _input_chunks(self, plan: RoundPlan, theta: np.ndarray, first: int, stop: int):
+        """The clipped inputs of users [first, stop), chunk by chunk, as
+        contiguous (d, users) views of one reused buffer (each chunk is
+        consumed before the next is made)."""
+        for low in range(first, stop, self._step):
+            high = min(low + self._step, stop)
+            users = self.data[:, low - self.first_user: high - self.first_user]
+            out = self._buffer[: self.dim * (high - low)].reshape(self.dim, high - low)
+            if plan.inputs == DATA:
+                np.copyto(out, users)
+            else:
+                self.job.problem.gradients(theta, users, out=out)
+            yield clip_columns(out, plan.norm_bound)
+
     def _inputs(self, plan: RoundPlan, theta: np.ndarray, first: int, stop: int) -> np.ndarray:
-        rows = self.data[first - self.first_user: stop - self.first_user]
-        vectors = rows if plan.inputs == DATA else self.job.problem.gradients(theta, rows)
-        return clip_rows(vectors, plan.norm_bound)
+        """The clipped inputs of users [first, stop) as one (d, users) array."""
+        return np.concatenate([chunk.copy() for chunk in self._input_chunks(plan, theta, first, stop)], axis=1)
 
     def _block_slices(self, plan: RoundPlan):
         """(block, first user, stop user) of the round's users in this shard."""
@@ -79,8 +106,8 @@ class Shard:
         """
         return [
             self.job.protocol.encode_block(
-                params, block, self._inputs(plan, theta, first, stop),
-                stream(self.job.seed, ROUND_STREAM, plan.round, block),
+                params, block, self._input_chunks(plan, theta, first, stop),
+                stream(self.job.seed, ROUND_STREAM, plan.round, block), self._work,
             )
             for block, first, stop in self._block_slices(plan)
         ]

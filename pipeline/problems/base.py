@@ -10,6 +10,9 @@ class Problem(abc.ABC):
     """A loss ℓ(θ, x) over a convex domain Θ, with a data distribution whose
     population loss and optimum are known exactly.
 
+    Blocks of users are arrays of shape (dim, count): users along the last
+    axis, so that per-coordinate work runs over long contiguous rows.
+
     Attributes (the constants the theorems of seed 000 need):
       dim: d, the dimension of θ and of the data.
       lipschitz: L, a bound on ‖∇_θ ℓ(θ, x)‖₂ over Θ and the data's support.
@@ -36,19 +39,20 @@ class Problem(abc.ABC):
           count: how many users.
 
         Returns:
-          float64 array of shape (count, dim).
+          float64 array of shape (dim, count).
         """
 
     @abc.abstractmethod
-    def gradients(self, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
+    def gradients(self, theta: np.ndarray, data: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Per-user gradients ∇_θ ℓ(θ, x_i), vectorized over a block of users.
 
         Args:
           theta: the model, shape (dim,).
-          data: the users' points, shape (count, dim).
+          data: the users' points, shape (dim, count).
+          out: where to write them (same shape as data), or None.
 
         Returns:
-          float64 array of shape (count, dim).
+          float64 array of shape (dim, count).
         """
 
     @abc.abstractmethod

@@ -57,14 +57,15 @@ class Quadratic(Problem):
         return np.full(self.dim, self.radius / 2.0 / np.sqrt(self.dim))
 
     def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
-        directions = rng.standard_normal((count, self.dim))
-        norms = np.linalg.norm(directions, axis=1, keepdims=True)
+        directions = rng.standard_normal((self.dim, count))
+        norms = np.linalg.norm(directions, axis=0)
         # A zero draw has probability 0; guard anyway so no NaN can appear.
         norms[norms == 0.0] = 1.0
-        return self.optimum + self.spread * (directions / norms)
+        directions *= self.spread / norms
+        return directions + self.optimum[:, None]
 
-    def gradients(self, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
-        return theta - data
+    def gradients(self, theta: np.ndarray, data: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        return np.subtract(theta[:, None], data, out=out)
 
     def project(self, theta: np.ndarray) -> np.ndarray:
         norm = float(np.linalg.norm(theta))

@@ -7,6 +7,8 @@ multiset, whose sufficient statistic is the count of ones (Lemma A.2 proof);
 it returns (Δ/g)(#ones − p·b_noise·n). P_vec runs P_1D on every coordinate of
 x + Δ₂ with range Δ = 2Δ₂ and labels each message with its coordinate.
 
+Users' vectors come as arrays of shape (d, users): users along the last axis.
+
 Two encodings with the same distribution of what the analyzer sees:
   exact:   per block of users, Σ x̂ (one uniform per user and coordinate) and one
            centred binomial per coordinate for the block's noise bits;
@@ -17,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Iterable
 
 import numpy as np
 
@@ -181,20 +184,61 @@ class ShuffledCounts:
 
 
 def _shift_and_scale(params: PvecParams, vectors: np.ndarray) -> np.ndarray:
-    """x ↦ (x + Δ₂)·g/Δ, clamped to [0, g] against float error (notes T6, T8)."""
-    scaled = (vectors + params.norm_bound) * (params.g / params.value_range)
-    return np.clip(scaled, 0.0, float(params.g), out=scaled)
+    """x ↦ (x + Δ₂)·g/Δ in place, clamped to [0, g] against float error (notes T6, T8)."""
+    vectors += params.norm_bound
+    vectors *= params.g / params.value_range
+    return np.clip(vectors, 0.0, float(params.g), out=vectors)
 
 
 def _randomized_rounding(params: PvecParams, vectors: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """x̂ = ⌊s⌋ + Bernoulli(s − ⌊s⌋) per user and coordinate (Algorithm 1, notes T9)."""
-    scaled = _shift_and_scale(params, vectors)
+    scaled = _shift_and_scale(params, vectors.copy())
     floor = np.floor(scaled)
     up = rng.random(scaled.shape) < (scaled - floor)
     return floor.astype(np.int64) + up
 
 
-def encode_block(params: PvecParams, block: int, vectors: np.ndarray, rng: np.random.Generator) -> BlockCounts:
+class RoundingWorkspace:
+    """Reusable buffers for `encode_block`: allocating fresh arrays per chunk
+    costs as much as the uniform draws themselves.
+
+    Args:
+      users: the most users per chunk.
+      dim: d.
+    """
+
+    def __init__(self, users: int, dim: int):
+        self.users = users
+        self._floor = np.empty(dim * users)
+        self._uniform = np.empty(dim * users)
+        self._up = np.empty(dim * users, dtype=bool)
+        self.ones = np.ones(users)
+
+    def views(self, dim: int, users: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Contiguous (d, users) views of the floor, uniform and up buffers."""
+        size = dim * users
+        return (self._floor[:size].reshape(dim, users), self._uniform[:size].reshape(dim, users),
+                self._up[:size].reshape(dim, users))
+
+
+def _rounded_sum(params: PvecParams, vectors: np.ndarray, rng: np.random.Generator,
+                 work: RoundingWorkspace) -> np.ndarray:
+    """Σ_i x̂_ij of one chunk, overwriting `vectors`: one uniform per user and
+    coordinate, compared with the fractional part (exact Bernoulli(frac))."""
+    dim, users = vectors.shape
+    floor, uniform, up = work.views(dim, users)
+    scaled = _shift_and_scale(params, vectors)
+    np.floor(scaled, out=floor)
+    fraction = np.subtract(scaled, floor, out=scaled)
+    rng.random(out=uniform)
+    floor += np.less(uniform, fraction, out=up)
+    # A BLAS product sums each coordinate's users faster than a reduction; the
+    # entries are integers ≤ g, so the float64 sum is exact below 2^53.
+    return np.rint(floor @ work.ones[:users]).astype(np.int64)
+
+
+def encode_block(params: PvecParams, block: int, chunks: Iterable[np.ndarray], rng: np.random.Generator,
+                 work: RoundingWorkspace | None = None) -> BlockCounts:
     """Exact-mode encoding of one block of users (the sufficient statistic).
 
     The sum over the block's users of independent Binomial(b_noise, p) noise
@@ -203,14 +247,21 @@ def encode_block(params: PvecParams, block: int, vectors: np.ndarray, rng: np.ra
     Args:
       params: the call's parameters.
       block: the block index.
-      vectors: the users' inputs, shape (users, d), each ‖x‖₂ ≤ Δ₂.
-      rng: the generator keyed by (round, block).
+      chunks: the users' inputs in consecutive C-contiguous chunks of shape
+        (d, users), each column with ‖x‖₂ ≤ Δ₂; they are overwritten.
+      rng: the generator keyed by (round, block), drawn in chunk order.
+      work: buffers for chunks of up to `work.users` users.
 
     Returns:
       The block's counts.
     """
-    users = vectors.shape[0]
-    rounded = _randomized_rounding(params, vectors, rng).sum(axis=0)
+    users = 0
+    rounded = np.zeros(params.dim, dtype=np.int64)
+    for chunk in chunks:
+        if work is None or work.users < chunk.shape[1]:
+            work = RoundingWorkspace(chunk.shape[1], params.dim)
+        rounded += _rounded_sum(params, chunk, rng, work)
+        users += chunk.shape[1]
     noise = centred_binomial(rng, users * params.b_noise, params.p, params.dim)
     return BlockCounts(block, users, rounded, noise)
 
@@ -243,18 +294,18 @@ def encode_messages(params: PvecParams, vectors: np.ndarray, rng: np.random.Gene
 
     Args:
       params: the call's parameters.
-      vectors: the users' inputs, shape (users, d).
+      vectors: the users' inputs, shape (d, users).
       rng: the generator keyed by (round, block).
 
     Returns:
       (labels int32, bits uint8), each of length users·d·(g + b_noise).
     """
-    users, dim = vectors.shape
+    dim, users = vectors.shape
     rounded = _randomized_rounding(params, vectors, rng)
     value_bits = np.arange(params.g) < rounded[..., None]
-    noise_bits = rng.random((users, dim, params.b_noise)) < params.p
+    noise_bits = rng.random((dim, users, params.b_noise)) < params.p
     bits = np.concatenate([value_bits, noise_bits], axis=2).astype(np.uint8)
-    labels = np.broadcast_to(np.arange(dim, dtype=np.int32)[None, :, None], bits.shape)
+    labels = np.broadcast_to(np.arange(dim, dtype=np.int32)[:, None, None], bits.shape)
     return labels.reshape(-1).copy(), bits.reshape(-1)
 
 
@@ -301,14 +352,14 @@ def exact_variance(params: PvecParams, vectors: np.ndarray) -> np.ndarray:
 
     Args:
       params: the call's parameters.
-      vectors: the inputs, shape (n, d).
+      vectors: the inputs, shape (d, n).
 
     Returns:
       float64 array of shape (d,).
     """
-    scaled = _shift_and_scale(params, vectors)
+    scaled = _shift_and_scale(params, vectors.copy())
     frac = scaled - np.floor(scaled)
-    rounding = (frac * (1.0 - frac)).sum(axis=0)
+    rounding = (frac * (1.0 - frac)).sum(axis=1)
     noise = params.users * params.b_noise * params.p * (1.0 - params.p)
     return (params.value_range / params.g) ** 2 * (rounding + noise)
 
