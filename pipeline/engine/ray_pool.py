@@ -38,6 +38,9 @@ class RayPool(ShardPool):
             ShardActor.options(num_cpus=per_actor).remote(job_ref, first, stop)
             for first, stop in self.shard_blocks
         ]
+        # Wait for every actor to have generated its users, so a failure in
+        # data generation surfaces here and rounds time only rounds.
+        ray.get([actor.users.remote() for actor in self.actors])
 
     def run_rounds(self, shard, state, start, stop):
         return ray.get(self.actors[shard].run_rounds.remote(state, start, stop))

@@ -14,28 +14,14 @@ from pipeline.optimizers.base import DATA, RoundPlan
 from pipeline.protocols.cjmp import BlockCounts, PvecParams, RoundingWorkspace
 
 
-# Users per chunk: about 2^15 user-coordinates, so a chunk's buffers stay in
+# Users per chunk: about 2^16 user-coordinates, so a chunk's buffers stay in
 # cache. Depends on d only, so the random draws do not depend on the sharding.
-CHUNK_ELEMENTS = 1 << 15
+CHUNK_ELEMENTS = 1 << 16
 
 
 def chunk_users(dim: int) -> int:
     """Users per chunk for dimension d."""
     return max(1, CHUNK_ELEMENTS // dim)
-
-
-def clip_columns(vectors: np.ndarray, bound: float) -> np.ndarray:
-    """Scales, in place, every user (column) with ‖x‖₂ > bound back onto the
-    ball (notes T8).
-
-    Privacy needs ‖input‖₂ ≤ Δ₂ for every user; Lipschitzness gives it up to
-    float error, so clip defensively.
-    """
-    squared = np.einsum("ij,ij->j", vectors, vectors)
-    over = squared > bound * bound
-    if over.any():
-        vectors[:, over] *= bound / np.sqrt(squared[over])
-    return vectors
 
 
 class Shard:
@@ -63,14 +49,14 @@ class Shard:
         self._buffer = np.empty(self.dim * self._step)
         self._work = RoundingWorkspace(self._step, self.dim)
 
-    def owns(self, plan: RoundPlan) -> bool:
-        """Whether every user of the round lives in this shard."""
-        return self.first_user <= plan.first_user and plan.stop_user <= self.stop_user
+    def users(self) -> int:
+        """How many users this shard holds (also a readiness probe for actors)."""
+        return self.stop_user - self.first_user
 
     def _input_chunks(self, plan: RoundPlan, theta: np.ndarray, first: int, stop: int):
-        """The clipped inputs of users [first, stop), chunk by chunk, as
-        contiguous (d, users) views of one reused buffer (each chunk is
-        consumed before the next is made)."""
+        """The inputs of users [first, stop), chunk by chunk, as contiguous
+        (d, users) views of one reused buffer (each chunk is consumed before
+        the next is made). The protocol's randomizer clips them to its bound."""
         for low in range(first, stop, self._step):
             high = min(low + self._step, stop)
             users = self.data[:, low - self.first_user: high - self.first_user]
@@ -79,10 +65,10 @@ class Shard:
                 np.copyto(out, users)
             else:
                 self.job.problem.gradients(theta, users, out=out)
-            yield clip_columns(out, plan.norm_bound)
+            yield out
 
     def _inputs(self, plan: RoundPlan, theta: np.ndarray, first: int, stop: int) -> np.ndarray:
-        """The clipped inputs of users [first, stop) as one (d, users) array."""
+        """The inputs of users [first, stop) as one (d, users) array."""
         return np.concatenate([chunk.copy() for chunk in self._input_chunks(plan, theta, first, stop)], axis=1)
 
     def _block_slices(self, plan: RoundPlan):

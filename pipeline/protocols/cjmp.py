@@ -183,11 +183,27 @@ class ShuffledCounts:
     centred_ones: np.ndarray
 
 
-def _shift_and_scale(params: PvecParams, vectors: np.ndarray) -> np.ndarray:
-    """x ↦ (x + Δ₂)·g/Δ in place, clamped to [0, g] against float error (notes T6, T8)."""
-    vectors += params.norm_bound
-    vectors *= params.g / params.value_range
-    return np.clip(vectors, 0.0, float(params.g), out=vectors)
+def _shift_and_scale(params: PvecParams, vectors: np.ndarray, resolution: int = 1) -> np.ndarray:
+    """In place: clip every user to ‖x‖₂ ≤ Δ₂, then x ↦ (x + Δ₂)·g/Δ·resolution,
+    clamped to [0, g·resolution] against float error (notes T6, T8).
+
+    Privacy needs ‖x‖₂ ≤ Δ₂ for every user; Lipschitzness gives it up to float
+    error, so the randomizer enforces it. Clipping and scaling are one
+    multiplication by the per-user factor (g/Δ)·Δ₂/max(‖x‖₂, Δ₂).
+
+    Args:
+      params: the call's parameters.
+      vectors: users' inputs, shape (d, users).
+      resolution: an extra power-of-two factor (fixed-point rounding).
+
+    Returns:
+      `vectors`, overwritten.
+    """
+    norms = np.sqrt(np.einsum("ij,ij->j", vectors, vectors))
+    scale = params.g / params.value_range * resolution
+    vectors *= (scale * params.norm_bound) / np.maximum(norms, params.norm_bound, out=norms)
+    vectors += scale * params.norm_bound
+    return np.clip(vectors, 0.0, float(params.g * resolution), out=vectors)
 
 
 def _randomized_rounding(params: PvecParams, vectors: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -198,9 +214,14 @@ def _randomized_rounding(params: PvecParams, vectors: np.ndarray, rng: np.random
     return floor.astype(np.int64) + up
 
 
+# Exact-mode rounding draws one random byte per user and coordinate instead
+# of one float64 uniform (see _rounded_sum); the scaled value keeps 8 more bits.
+_BYTE = 256
+
+
 class RoundingWorkspace:
     """Reusable buffers for `encode_block`: allocating fresh arrays per chunk
-    costs as much as the uniform draws themselves.
+    costs as much as the random draws themselves.
 
     Args:
       users: the most users per chunk.
@@ -209,32 +230,48 @@ class RoundingWorkspace:
 
     def __init__(self, users: int, dim: int):
         self.users = users
-        self._floor = np.empty(dim * users)
-        self._uniform = np.empty(dim * users)
-        self._up = np.empty(dim * users, dtype=bool)
-        self.ones = np.ones(users)
+        self._fixed = np.empty(dim * users, dtype=np.uint32)
+        self._low = np.empty(dim * users, dtype=np.uint8)
+        self._tie = np.empty(dim * users, dtype=bool)
 
     def views(self, dim: int, users: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Contiguous (d, users) views of the floor, uniform and up buffers."""
+        """Contiguous (d, users) views of the fixed-point, low-byte and tie buffers."""
         size = dim * users
-        return (self._floor[:size].reshape(dim, users), self._uniform[:size].reshape(dim, users),
-                self._up[:size].reshape(dim, users))
+        return (self._fixed[:size].reshape(dim, users), self._low[:size].reshape(dim, users),
+                self._tie[:size].reshape(dim, users))
 
 
 def _rounded_sum(params: PvecParams, vectors: np.ndarray, rng: np.random.Generator,
                  work: RoundingWorkspace) -> np.ndarray:
-    """Σ_i x̂_ij of one chunk, overwriting `vectors`: one uniform per user and
-    coordinate, compared with the fractional part (exact Bernoulli(frac))."""
+    """Σ_i x̂_ij of one chunk, overwriting `vectors`, with x̂ = ⌊s⌋ + Bernoulli(s − ⌊s⌋)
+    exactly, from one random byte per user and coordinate.
+
+    Why it is exact: write 256·s = T + r with T = ⌊256·s⌋ and r ∈ [0, 1), and
+    draw U uniform on {0..255} and V uniform on [0, 1). U + V is uniform on
+    [0, 256), so Bernoulli(s − ⌊s⌋) = [U + V ≥ 256 − (T mod 256) − r]. That event
+    holds when (T mod 256) + U ≥ 256, fails when (T mod 256) + U ≤ 254, and
+    when (T mod 256) + U = 255 (probability 1/256) it is [V ≥ 1 − r]. Hence
+    x̂ = ⌊(T + U)/256⌋ + [(T + U) mod 256 = 255 and V ≥ 1 − r], and V is drawn
+    only for those ties. Bytes come from the raw 64-bit outputs of the
+    generator, eight per output.
+    """
     dim, users = vectors.shape
-    floor, uniform, up = work.views(dim, users)
-    scaled = _shift_and_scale(params, vectors)
-    np.floor(scaled, out=floor)
-    fraction = np.subtract(scaled, floor, out=scaled)
-    rng.random(out=uniform)
-    floor += np.less(uniform, fraction, out=up)
-    # A BLAS product sums each coordinate's users faster than a reduction; the
-    # entries are integers ≤ g, so the float64 sum is exact below 2^53.
-    return np.rint(floor @ work.ones[:users]).astype(np.int64)
+    fixed, low, tie = work.views(dim, users)
+    scaled = _shift_and_scale(params, vectors, _BYTE)
+    np.copyto(fixed, scaled, casting="unsafe")  # T = ⌊256·s⌋ (s ≥ 0 truncates)
+    size = dim * users
+    random_bytes = rng.bit_generator.random_raw(-(-size // 8)).view(np.uint8)[:size].reshape(dim, users)
+    fixed += random_bytes
+    np.copyto(low, fixed, casting="unsafe")  # (T + U) mod 256: unsigned casts wrap
+    np.equal(low, _BYTE - 1, out=tie)
+    ties = np.flatnonzero(tie)
+    fixed >>= 8
+    rounded = fixed.sum(axis=1, dtype=np.int64)
+    if ties.size:
+        remainder = scaled.flat[ties] - np.floor(scaled.flat[ties])
+        wins = rng.random(ties.size) >= 1.0 - remainder
+        rounded += np.bincount(ties // users, weights=wins, minlength=dim).astype(np.int64)
+    return rounded
 
 
 def encode_block(params: PvecParams, block: int, chunks: Iterable[np.ndarray], rng: np.random.Generator,
@@ -248,13 +285,15 @@ def encode_block(params: PvecParams, block: int, chunks: Iterable[np.ndarray], r
       params: the call's parameters.
       block: the block index.
       chunks: the users' inputs in consecutive C-contiguous chunks of shape
-        (d, users), each column with ‖x‖₂ ≤ Δ₂; they are overwritten.
+        (d, users), clipped here to ‖x‖₂ ≤ Δ₂; they are overwritten.
       rng: the generator keyed by (round, block), drawn in chunk order.
       work: buffers for chunks of up to `work.users` users.
 
     Returns:
       The block's counts.
     """
+    if _BYTE * params.g >= 2**32:
+        raise ValueError(f"g = {params.g} is too large for 32-bit fixed-point rounding")
     users = 0
     rounded = np.zeros(params.dim, dtype=np.int64)
     for chunk in chunks:
