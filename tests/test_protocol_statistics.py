@@ -446,3 +446,27 @@ def test_binomial_mechanism_exact_delta_within_lemma_a1_bound(users, epsilon, de
     assert math.isclose(tv_forward, tv_backward, rel_tol=1e-6)
     assert math.isclose(tv_forward, approx_tv, rel_tol=0.05), (tv_forward, approx_tv)
     assert max(forward, backward) < tv_forward
+
+
+# ---------------------------------------------------------------------------
+# 8. The exact-mode rounding sampler: one random byte per user-coordinate,
+#    ties (probability 1/256) settled by a uniform. Each user's x̂ must be
+#    ⌊s⌋ + Bernoulli(s − ⌊s⌋) exactly, also for fractions off the 8-bit grid.
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fraction", [1 / 512, 0.3, 0.5, 37 / 256, 37.75 / 256, 255.9 / 256, 1 - 2**-40])
+def test_byte_rounding_sampler_is_exact_bernoulli(fraction):
+    users, dim = 1 << 18, 2
+    params = cjmp.plan_pvec(1000, dim, 1.0, 1e-6, 1.0)
+    # Inputs whose scaled value is 3 + fraction (coordinate 0) and 0.5·g − fraction (coordinate 1).
+    targets = np.array([3.0 + fraction, params.g / 2 - fraction])
+    vectors = np.repeat((targets * params.value_range / params.g - params.norm_bound)[:, None], users, axis=1)
+    scaled = cjmp._shift_and_scale(params, vectors.copy(), 256) / 256  # the value the sampler rounds
+    probability = scaled - np.floor(scaled)
+    work = cjmp.RoundingWorkspace(users, dim)
+    total = cjmp._rounded_sum(params, vectors.copy(), np.random.default_rng(np.random.SeedSequence([8001, users])), work)
+    successes = total - users * np.floor(scaled[:, 0])
+    standard_error = np.sqrt(users * probability[:, 0] * (1 - probability[:, 0]))
+    assert np.all(np.abs(successes - users * probability[:, 0]) <= Z * standard_error + 1e-9), (
+        successes, users * probability[:, 0], standard_error)
