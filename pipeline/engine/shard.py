@@ -39,11 +39,12 @@ class Shard:
         self.first_user = layout.block_users(first_block)[0]
         self.stop_user = layout.block_users(stop_block - 1)[1]
         # Each block's data come from its own stream: the same whatever the sharding.
-        parts = []
+        # Filled block by block: peak memory is the data plus one block.
+        self.data = np.empty((job.problem.dim, self.stop_user - self.first_user))  # (d, users)
         for block in self.blocks:
             first, stop = layout.block_users(block)
-            parts.append(job.problem.sample(stream(job.seed, DATA_STREAM, block), stop - first))
-        self.data = np.concatenate(parts, axis=1)  # (d, users of this shard)
+            self.data[:, first - self.first_user: stop - self.first_user] = job.problem.sample(
+                stream(job.seed, DATA_STREAM, block), stop - first)
         self.dim = self.data.shape[0]
         self._step = chunk_users(self.dim)
         self._buffer = np.empty(self.dim * self._step)

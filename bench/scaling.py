@@ -1,0 +1,50 @@
+"""Ray scaling: the same fully interactive job on one shard actor and on N."""
+from __future__ import annotations
+
+import logging
+import os
+
+import ray
+
+from bench.timing import best_times
+from pipeline.engine import RunJob
+from pipeline.engine.ray_pool import RayPool
+from pipeline.optimizers import FullGD
+from pipeline.problems import Quadratic
+from pipeline.protocols import CjmpVec
+
+DIM = 10
+
+
+def run(full: bool) -> dict[str, float]:
+    """ray_speedup_N: wall time of R rounds with 1 actor over N actors.
+
+    Args:
+      full: larger sizes and every N up to the core count.
+
+    Returns:
+      name → value.
+    """
+    cores = os.cpu_count() or 1
+    n_users = 100_000_000 if full else 4_000_000
+    rounds = 3
+    counts = [n for n in (2, 4, 8, 16, 32) if n <= cores] if full else [min(2, cores)]
+    if not ray.is_initialized():
+        # Two pools stay alive for interleaved timing but only one computes at
+        # a time: declare twice the cores so both can be scheduled, one CPU
+        # per actor.
+        ray.init(num_cpus=2 * cores, include_dashboard=False, logging_level=logging.ERROR)
+    problem = Quadratic(dim=DIM, radius=1.0)
+    optimizer = FullGD.from_config(problem, n_users, 1.0, 1e-6, rounds=rounds)
+    job = RunJob(problem, optimizer, CjmpVec(), 0, n_users, 65536)
+    figures = {}
+    single = RayPool(job, 1)
+    for count in counts:
+        many = RayPool(job, count)
+        times = best_times({"one": single.run, "many": many.run}, repeats=4)
+        figures[f"ray_speedup_{count}"] = times["one"] / times["many"]
+        figures[f"ray_round_user_coords_per_s_{count}"] = n_users * DIM * rounds / times["many"]
+        many.close()
+    single.close()
+    figures["ray_work_user_coords_per_round"] = float(n_users * DIM)
+    return figures
