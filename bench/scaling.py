@@ -26,7 +26,10 @@ def run(full: bool) -> dict[str, float]:
       name → value.
     """
     cores = os.cpu_count() or 1
-    n_users = 100_000_000 if full else 4_000_000
+    # Two pools hold the data at once (8·d bytes per user each); keep them
+    # within half the machine's memory.
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    n_users = min(100_000_000, int(memory / 2 / (2 * 8 * DIM))) if full else 4_000_000
     rounds = 3
     counts = [n for n in (2, 4, 8, 16, 32) if n <= cores] if full else [min(2, cores)]
     if not ray.is_initialized():
