@@ -4,6 +4,8 @@ No Ray and no I/O here (shared/DESIGN.md §2, `protocols/`).
 """
 from __future__ import annotations
 
+import attr
+
 from pipeline.accounting.events import PvecDpEvent
 from pipeline.protocols import cjmp
 
@@ -30,17 +32,9 @@ class CjmpVec:
         Returns:
           The event.
         """
-        return PvecDpEvent(
-            users=params.users,
-            dim=params.dim,
-            epsilon=params.epsilon,
-            delta=params.delta,
-            norm_bound=params.norm_bound,
-            g=params.g,
-            b_noise=params.b_noise,
-            p=params.p,
-            noise_sampler=params.noise_sampler(block_size),
-        )
+        copied = {field.name: getattr(params, field.name)
+                  for field in attr.fields(PvecDpEvent) if field.name != "noise_sampler"}
+        return PvecDpEvent(**copied, noise_sampler=params.noise_sampler(block_size))
 
 
 PROTOCOLS = {CjmpVec.name: CjmpVec}
