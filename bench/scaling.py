@@ -2,18 +2,47 @@
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
+import time
 
+import numpy as np
 import ray
 
 from bench.timing import best_times
 from pipeline.engine import RunJob
+from pipeline.engine.shard import Shard
 from pipeline.engine.ray_pool import RayPool
 from pipeline.optimizers import FullGD
 from pipeline.problems import Quadratic
 from pipeline.protocols import CjmpVec
 
 DIM = 10
+
+
+def _process_rounds(args) -> tuple[float, float]:
+    """One plain process: its share of the blocks, then the rounds, timed
+    after every process has built its data (the barrier)."""
+    job, first_block, stop_block, barrier = args
+    shard = Shard(job, first_block, stop_block)
+    schedule = job.schedule
+    barrier.wait()
+    began = time.perf_counter()
+    for round_index in range(schedule.rounds):
+        plan = schedule.plan(round_index)
+        params = job.protocol.plan(plan.users, DIM, plan.epsilon, plan.delta, plan.norm_bound)
+        shard.block_counts(plan, params, np.zeros(DIM))
+    return began, time.perf_counter()
+
+
+def _process_wall(job: RunJob, processes: int) -> float:
+    """Wall time of the job's rounds split over plain processes (no Ray)."""
+    layout = job.layout
+    context = multiprocessing.get_context("fork")
+    barrier = context.Manager().Barrier(processes)
+    with context.Pool(processes) as workers:
+        spans = workers.map(_process_rounds, [(job, a, b, barrier) for a, b in layout.shard_blocks(processes)])
+    return max(end for _, end in spans) - min(start for start, _ in spans)
 
 
 def run(full: bool) -> dict[str, float]:
@@ -46,6 +75,9 @@ def run(full: bool) -> dict[str, float]:
         many = RayPool(job, count)
         times = best_times({"one": single.run, "many": many.run}, repeats=4)
         figures[f"ray_speedup_{count}"] = times["one"] / times["many"]
+        # The machine's own ceiling for this work: plain processes, no Ray.
+        figures[f"process_speedup_{count}"] = min(_process_wall(job, 1) for _ in range(2)) / min(
+            _process_wall(job, count) for _ in range(2))
         figures[f"ray_round_user_coords_per_s_{count}"] = n_users * DIM * rounds / times["many"]
         many.close()
     single.close()
