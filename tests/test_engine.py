@@ -124,3 +124,40 @@ def test_literal_mode_runs_a_real_shuffle_across_shards_and_matches_local(ray_se
     local = _trace(job, "local", 3)
     remote = _trace(job, "ray", 3)
     assert np.array_equal(local[0], remote[0]) and np.isfinite(local[0]).all()
+
+
+def test_a_shard_actor_killed_mid_run_is_restarted_and_the_run_is_bit_identical(ray_session):
+    import os
+    import threading
+    import time
+
+    import ray
+
+    from pipeline.engine.ray_pool import RayPool
+
+    n = 400_000
+    job = _job(FullGD.from_config(PROBLEM, n, 2.0, 1e-5, rounds=150), n, block_size=4096)
+    reference = _trace(job, "local", 1)
+    pool = RayPool(job, 2)
+    victim = pool.actors[0]
+    pid_before = ray.get(victim.__ray_call__.remote(lambda self: os.getpid()))
+    killed_at = []
+
+    def kill_soon():
+        time.sleep(0.5)
+        ray.kill(victim, no_restart=False)
+        killed_at.append(time.perf_counter())
+
+    killer = threading.Thread(target=kill_soon)
+    killer.start()
+    try:
+        state, records = pool.run()
+        finished_at = time.perf_counter()
+    finally:
+        killer.join()
+    pid_after = ray.get(victim.__ray_call__.remote(lambda self: os.getpid()))
+    pool.close()
+    assert killed_at and killed_at[0] < finished_at  # killed while the run was going on
+    assert pid_after != pid_before  # the actor really died and came back
+    assert np.array_equal(np.array([r.excess_loss for r in records]), reference[0])
+    assert np.array_equal(job.optimizer.output(state), reference[1])

@@ -12,7 +12,11 @@ from pipeline.engine.job import RunJob
 from pipeline.engine.pool import ShardPool
 from pipeline.engine.shard import Shard
 
-ShardActor = ray.remote(Shard)
+# A shard actor that dies (node loss, OOM kill) is restarted: its constructor
+# regenerates the users from the run's seed, and the interrupted call is
+# retried. Rounds are pure functions of (state, rounds) and of streams keyed by
+# (round, block), so the retried result is bit-identical.
+ShardActor = ray.remote(max_restarts=3, max_task_retries=3)(Shard)
 
 
 def ensure_ray() -> None:
