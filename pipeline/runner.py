@@ -181,6 +181,7 @@ def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridS
     planned = [plan_run(run) for run in runs]
     first = runs[0]
     store = ParquetStore(first["tracking.out"])
+    store.check_writable()
     done = store.completed()
     tracker = MlflowTracker(first["tracking.mlflow_uri"], first["experiment"])
     summary = GridSummary()

@@ -83,6 +83,7 @@ MALFORMED = [
     (["tracking.mlflow_uri=nowhere"], "tracking.mlflow_uri", "URI"),
     (["execution.simulation=literal", "problem.dim=5"], "execution.simulation", "messages"),
     (["noequals"], "--set", "key=value"),
+    (["tracking.mlflow_uri=http://127.0.0.1:9"], "tracking.mlflow_uri", "not reachable"),
 ]
 
 
@@ -115,6 +116,15 @@ def test_malformed_documents(tmp_path, document, field):
     with pytest.raises(ConfigError) as caught:
         config.expand(config.read_config(_write(tmp_path, document)))
     assert caught.value.field == field
+
+
+def test_output_folder_that_cannot_be_created(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path = _write(tmp_path, GOOD)
+    assert cli.main(["run", str(path), "--out", str(path / "results")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error: tracking.out = ") and "is not a folder" in err and err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
 
 
 def test_missing_config_file(tmp_path, capsys):

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import logging
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -18,6 +20,9 @@ METRICS_PER_BATCH = 1000
 PARAMS_PER_BATCH = 100
 # Steps logged per metric; rounds.parquet keeps every round.
 MAX_METRIC_STEPS = 1000
+# Seconds to wait for a tracking server's /health before refusing to start
+# (MLflow's own client retries for minutes).
+SERVER_PROBE_TIMEOUT_S = 5
 RUN_ID_TAG = "run_id"
 
 
@@ -60,6 +65,12 @@ class MlflowTracker:
         logging.getLogger("alembic").setLevel(logging.ERROR)
         self.uri = uri
         database = sqlite_path(uri)
+        if urlparse(uri).scheme in ("http", "https"):
+            try:
+                urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=SERVER_PROBE_TIMEOUT_S).close()
+            except (urllib.error.URLError, OSError) as err:
+                reason = getattr(err, "reason", err)
+                raise ConfigError("tracking.mlflow_uri", uri, f"MLflow server not reachable ({reason})") from None
         try:
             if database is not None:
                 database.parent.mkdir(parents=True, exist_ok=True)

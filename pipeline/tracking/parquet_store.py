@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from pipeline.errors import ConfigError
+
 FINISHED = "finished"
 FAILED = "failed"
 
@@ -36,6 +38,21 @@ class ParquetStore:
         self.out = Path(out)
         self.runs_path = self.out / "runs.parquet"
         self.rounds_path = self.out / "rounds.parquet"
+
+    def check_writable(self) -> None:
+        """Refuses, before any work, a results folder that cannot be written.
+
+        Raises:
+          ConfigError: the folder, or its nearest existing ancestor, is not a
+            writable directory.
+        """
+        existing = self.out
+        while not existing.exists():
+            existing = existing.parent
+        if not existing.is_dir():
+            raise ConfigError("tracking.out", str(self.out), f"cannot be created: {existing} is not a folder")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ConfigError("tracking.out", str(self.out), f"is not writable ({existing} denies writing)")
 
     def _read(self, path: Path) -> pd.DataFrame:
         return pd.read_parquet(path) if path.exists() else pd.DataFrame()
