@@ -13,7 +13,7 @@ from bench.timing import best_times
 from pipeline.engine import RunJob
 from pipeline.engine.shard import Shard
 from pipeline.engine.ray_pool import RayPool
-from pipeline.optimizers import FullGD
+from pipeline.optimizers import FullGD, SeqSGD
 from pipeline.problems import Quadratic
 from pipeline.protocols import CjmpVec
 
@@ -31,7 +31,7 @@ def _process_rounds(args) -> tuple[float, float]:
     for round_index in range(schedule.rounds):
         plan = schedule.plan(round_index)
         params = job.protocol.plan(plan.users, DIM, plan.epsilon, plan.delta, plan.norm_bound)
-        shard.block_counts(plan, params, np.zeros(DIM))
+        shard.partial_counts(plan, params, np.zeros(DIM))
     return began, time.perf_counter()
 
 
@@ -82,4 +82,18 @@ def run(full: bool) -> dict[str, float]:
         many.close()
     single.close()
     figures["ray_work_user_coords_per_round"] = float(n_users * DIM)
+    figures.update(_sequential_carry(problem))
     return figures
+
+
+def _sequential_carry(problem: Quadratic) -> dict[str, float]:
+    """seq_carry_vs_fanout: many small sequential rounds run on the actor that
+    holds their users, against one driver round trip per round."""
+    n_users = 100_000
+    optimizer = SeqSGD.from_config(problem, n_users, 1.0, 1e-6)
+    pool = RayPool(RunJob(problem, optimizer, CjmpVec(), 0, n_users, 65536), 2)
+    carried = best_times({"carry": pool.run}, repeats=2)["carry"]
+    pool.owner = lambda plan: None  # force every round through the driver
+    fanned = best_times({"fan-out": pool.run}, repeats=1)["fan-out"]
+    pool.close()
+    return {"seq_carry_vs_fanout": fanned / carried, "seq_round_us_carried": carried / optimizer.rounds * 1e6}

@@ -161,3 +161,34 @@ def test_a_shard_actor_killed_mid_run_is_restarted_and_the_run_is_bit_identical(
     assert pid_after != pid_before  # the actor really died and came back
     assert np.array_equal(np.array([r.excess_loss for r in records]), reference[0])
     assert np.array_equal(job.optimizer.output(state), reference[1])
+
+
+def test_the_driver_receives_only_each_rounds_total_even_with_one_user_blocks(ray_session, monkeypatch):
+    """DESIGN §3: no per-user or per-block value reaches the driver. With
+    blocks of one user, any per-block partial would be a user's own counts."""
+    import ray
+
+    from pipeline.engine import ray_pool
+    from pipeline.protocols.cjmp import PartialCounts
+
+    n = 60
+    job = _job(FullGD.from_config(PROBLEM, n, 2.0, 1e-5, rounds=3), n, block_size=1)
+    fetched = []
+    real_get = ray.get
+
+    def spy_get(refs, *args, **kwargs):
+        values = real_get(refs, *args, **kwargs)
+        fetched.extend(values if isinstance(values, list) else [values])
+        return values
+
+    pool = ray_pool.RayPool(job, 3)
+    monkeypatch.setattr(ray_pool.ray, "get", spy_get)
+    for round_index in range(3):
+        plan = job.schedule.plan(round_index)
+        params = job.protocol.plan(plan.users, PROBLEM.dim, plan.epsilon, plan.delta, plan.norm_bound)
+        pool.collect(plan, params, np.zeros(PROBLEM.dim))
+    monkeypatch.setattr(ray_pool.ray, "get", real_get)
+    pool.close()
+    assert len(fetched) == 3
+    assert all(type(value) is PartialCounts and value.users == n for value in fetched)
+    assert all(value.ones_above_floor.shape == (PROBLEM.dim,) for value in fetched)

@@ -16,8 +16,8 @@ class LocalPool(ShardPool):
     def run_rounds(self, shard, state, start, stop):
         return self.shards[shard].run_rounds(state, start, stop)
 
-    def block_counts(self, plan, params, theta):
-        return [part for shard in self.shards for part in shard.block_counts(plan, params, theta)]
+    def total_counts(self, plan, params, theta):
+        return self.shards[0].merge(*[shard.partial_counts(plan, params, theta) for shard in self.shards])
 
     def shuffle_messages(self, plan, params, theta):
         destinations = len(self.shards)

@@ -11,7 +11,7 @@ import numpy as np
 from pipeline.engine.job import EXACT, RunJob
 from pipeline.engine.rounds import RoundRecord, execute_rounds
 from pipeline.optimizers.base import RoundPlan
-from pipeline.protocols.cjmp import BlockCounts, PvecParams, ShuffledCounts
+from pipeline.protocols.cjmp import PartialCounts, PvecParams, ShuffledCounts
 
 Messages = tuple[np.ndarray, np.ndarray]
 
@@ -42,8 +42,9 @@ class ShardPool(abc.ABC):
         """Shard.run_rounds on one shard."""
 
     @abc.abstractmethod
-    def block_counts(self, plan: RoundPlan, params: PvecParams, theta: np.ndarray) -> list[BlockCounts]:
-        """Shard.block_counts of every shard, concatenated."""
+    def total_counts(self, plan: RoundPlan, params: PvecParams, theta: np.ndarray) -> PartialCounts:
+        """Exact mode: the round's total over every shard, merged among the
+        shards so that the driver receives the total only (DESIGN §3)."""
 
     @abc.abstractmethod
     def shuffle_messages(self, plan: RoundPlan, params: PvecParams, theta: np.ndarray) -> list[Messages]:
@@ -56,7 +57,7 @@ class ShardPool(abc.ABC):
         """The analyzer's statistic of a round that spans shards."""
         protocol = self.job.protocol
         if self.job.simulation == EXACT:
-            return protocol.combine(self.block_counts(plan, params, theta))
+            return protocol.finish(params, self.total_counts(plan, params, theta))
         shuffled = self.shuffle_messages(plan, params, theta)
         labels = np.concatenate([part[0] for part in shuffled])
         bits = np.concatenate([part[1] for part in shuffled])

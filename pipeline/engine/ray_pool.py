@@ -37,9 +37,10 @@ class RayPool(ShardPool):
         cpus = ray.cluster_resources().get("CPU", 1.0)
         # Ray resolves fractions to 1e-4; round down so the shares fit the cluster.
         per_actor = math.floor(min(1.0, cpus / len(self.shard_blocks)) * 1e4) / 1e4
-        job_ref = ray.put(job)
+        # Held for the pool's lifetime: a restarted actor re-reads it.
+        self._job_ref = ray.put(job)
         self.actors = [
-            ShardActor.options(num_cpus=per_actor).remote(job_ref, first, stop)
+            ShardActor.options(num_cpus=per_actor).remote(self._job_ref, first, stop)
             for first, stop in self.shard_blocks
         ]
         # Wait for every actor to have generated its users, so a failure in
@@ -49,10 +50,11 @@ class RayPool(ShardPool):
     def run_rounds(self, shard, state, start, stop):
         return ray.get(self.actors[shard].run_rounds.remote(state, start, stop))
 
-    def block_counts(self, plan, params, theta):
+    def total_counts(self, plan, params, theta):
         theta_ref = ray.put(theta)
-        parts = ray.get([actor.block_counts.remote(plan, params, theta_ref) for actor in self.actors])
-        return [part for shard_parts in parts for part in shard_parts]
+        # The partials stay in the object store; one shard adds them up.
+        partials = [actor.partial_counts.remote(plan, params, theta_ref) for actor in self.actors]
+        return ray.get(self.actors[0].merge.remote(*partials))
 
     def shuffle_messages(self, plan, params, theta):
         destinations = len(self.actors)

@@ -11,7 +11,7 @@ from pipeline.engine.job import RunJob
 from pipeline.engine.layout import DATA_STREAM, PERMUTE_STREAM, ROUND_STREAM, SCATTER_STREAM, stream
 from pipeline.engine.rounds import RoundRecord, execute_rounds
 from pipeline.optimizers.base import DATA, RoundPlan
-from pipeline.protocols.cjmp import BlockCounts, PvecParams, RoundingWorkspace
+from pipeline.protocols.cjmp import PartialCounts, PvecParams, RoundingWorkspace
 
 
 # Users per chunk: about 2^16 user-coordinates, so a chunk's buffers stay in
@@ -80,8 +80,10 @@ class Shard:
             block_first, block_stop = self.job.layout.block_users(block)
             yield block, max(first, block_first), min(stop, block_stop)
 
-    def block_counts(self, plan: RoundPlan, params: PvecParams, theta: np.ndarray) -> list[BlockCounts]:
-        """Exact mode: each block's sufficient statistic for this round.
+    def partial_counts(self, plan: RoundPlan, params: PvecParams, theta: np.ndarray) -> PartialCounts | None:
+        """Exact mode: this shard's users' share of the round's statistic.
+
+        Blocks are merged here, so nothing finer than a shard's total leaves it.
 
         Args:
           plan: the round.
@@ -89,15 +91,21 @@ class Shard:
           theta: the queried model.
 
         Returns:
-          One BlockCounts per block of this shard with users in the round.
+          The shard's partial, or None if none of its users is in the round.
         """
-        return [
+        parts = [
             self.job.protocol.encode_block(
-                params, block, self._input_chunks(plan, theta, first, stop),
+                params, self._input_chunks(plan, theta, first, stop),
                 stream(self.job.seed, ROUND_STREAM, plan.round, block), self._work,
             )
             for block, first, stop in self._block_slices(plan)
         ]
+        return self.job.protocol.merge(parts) if parts else None
+
+    def merge(self, *partials: PartialCounts | None) -> PartialCounts:
+        """Adds the shards' partials of a round, so that only the total goes
+        to the analyzer (used on one shard actor)."""
+        return self.job.protocol.merge(part for part in partials if part is not None)
 
     def run_rounds(self, state: Any, start: int, stop: int) -> tuple[Any, list[RoundRecord]]:
         """Runs rounds whose users all live here, without a trip to the driver.
@@ -110,7 +118,7 @@ class Shard:
           (state, records), as execute_rounds.
         """
         def collect(plan, params, theta):
-            return self.job.protocol.combine(self.block_counts(plan, params, theta))
+            return self.job.protocol.finish(params, self.partial_counts(plan, params, theta))
 
         return execute_rounds(self.job, state, start, stop, collect)
 

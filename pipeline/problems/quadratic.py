@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import ClassVar
 
 import numpy as np
@@ -52,9 +53,11 @@ class Quadratic(Problem):
         """Radius of the sphere the data lie on around μ."""
         return self.radius / 2.0
 
-    @property
+    @functools.cached_property
     def optimum(self) -> np.ndarray:
-        return np.full(self.dim, self.radius / 2.0 / np.sqrt(self.dim))
+        optimum = np.full(self.dim, self.radius / 2.0 / np.sqrt(self.dim))
+        optimum.flags.writeable = False  # cached: nobody may change θ*
+        return optimum
 
     def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
         directions = rng.standard_normal((self.dim, count))

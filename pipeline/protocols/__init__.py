@@ -1,4 +1,4 @@
-"""Shuffle protocols: plan parameters, encode user blocks, combine, decode.
+"""Shuffle protocols: plan parameters, encode user blocks, merge, decode.
 
 No Ray and no I/O here (shared/DESIGN.md §2, `protocols/`).
 """
@@ -16,7 +16,8 @@ class CjmpVec:
     name = "cjmp_vec"
     plan = staticmethod(cjmp.plan_pvec)
     encode_block = staticmethod(cjmp.encode_block)
-    combine = staticmethod(cjmp.combine)
+    merge = staticmethod(cjmp.merge)
+    finish = staticmethod(cjmp.finish)
     encode_messages = staticmethod(cjmp.encode_messages)
     count_messages = staticmethod(cjmp.count_messages)
     decode = staticmethod(cjmp.decode)

@@ -23,7 +23,7 @@ from typing import Iterable
 
 import numpy as np
 
-from pipeline.protocols.sampling import centred_binomial, noise_sampler, split_mean
+from pipeline.protocols.sampling import binomial_above_floor, noise_sampler, split_mean
 
 # Literal mode materializes labels (int32) and bits (uint8) for every message,
 # plus the uniform draws that make them; refuse runs that could not fit.
@@ -152,21 +152,24 @@ def plan_pvec(users: int, dim: int, epsilon: float, delta: float, norm_bound: fl
 
 
 @dataclasses.dataclass(frozen=True)
-class BlockCounts:
-    """One user block's contribution to the shuffled-message statistic.
+class PartialCounts:
+    """Some users' share of the shuffled-message statistic, in exact integers.
+
+    Adding partials is exact integer addition, so the total does not depend
+    on how users were split into blocks or shards. Only the total of a call
+    goes to the analyzer (see `merge`).
 
     Attributes:
-      block: the block's index (partials are added in block order).
-      users: users of the block in this call.
-      rounded_ones: Σ_i x̂_ij per coordinate (int64, exact).
-      noise_ones: the block's noise ones per coordinate, centred by their
-        public mean users·b_noise·p (float64).
+      users: how many users.
+      ones_above_floor: per coordinate, their number of ones minus
+        `floor_total` (int64).
+      floor_total: a public, data-independent integer near their noise
+        bits' mean (see sampling.binomial_above_floor).
     """
 
-    block: int
     users: int
-    rounded_ones: np.ndarray
-    noise_ones: np.ndarray
+    ones_above_floor: np.ndarray
+    floor_total: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,16 +277,16 @@ def _rounded_sum(params: PvecParams, vectors: np.ndarray, rng: np.random.Generat
     return rounded
 
 
-def encode_block(params: PvecParams, block: int, chunks: Iterable[np.ndarray], rng: np.random.Generator,
-                 work: RoundingWorkspace | None = None) -> BlockCounts:
-    """Exact-mode encoding of one block of users (the sufficient statistic).
+def encode_block(params: PvecParams, chunks: Iterable[np.ndarray], rng: np.random.Generator,
+                 work: RoundingWorkspace | None = None) -> PartialCounts:
+    """Exact-mode encoding of one block of users: their count of ones per
+    coordinate, the sufficient statistic of their shuffled messages.
 
     The sum over the block's users of independent Binomial(b_noise, p) noise
     counts is one Binomial(users·b_noise, p) per coordinate (DESIGN §4).
 
     Args:
       params: the call's parameters.
-      block: the block index.
       chunks: the users' inputs in consecutive C-contiguous chunks of shape
         (d, users), clipped here to ‖x‖₂ ≤ Δ₂; they are overwritten.
       rng: the generator keyed by (round, block), drawn in chunk order.
@@ -301,27 +304,39 @@ def encode_block(params: PvecParams, block: int, chunks: Iterable[np.ndarray], r
             work = RoundingWorkspace(chunk.shape[1], params.dim)
         rounded += _rounded_sum(params, chunk, rng, work)
         users += chunk.shape[1]
-    noise = centred_binomial(rng, users * params.b_noise, params.p, params.dim)
-    return BlockCounts(block, users, rounded, noise)
+    noise, floor_total = binomial_above_floor(rng, users * params.b_noise, params.p, params.dim)
+    return PartialCounts(users, rounded + noise, floor_total)
 
 
-def combine(partials: list[BlockCounts]) -> ShuffledCounts:
-    """Adds block partials in block order, so the float64 sum is the same
-    whatever shards produced them.
+def merge(partials: Iterable[PartialCounts]) -> PartialCounts:
+    """Adds partials exactly (any order gives the same total).
 
     Args:
-      partials: every block's counts for one call.
+      partials: at least one partial.
+
+    Returns:
+      Their total.
+    """
+    partials = list(partials)
+    ones = partials[0].ones_above_floor.copy()
+    for part in partials[1:]:
+        ones += part.ones_above_floor
+    return PartialCounts(sum(p.users for p in partials), ones, sum(p.floor_total for p in partials))
+
+
+def finish(params: PvecParams, total: PartialCounts) -> ShuffledCounts:
+    """The analyzer's statistic from a call's total: #ones − n·b_noise·p per
+    coordinate, with the public centre subtracted exactly.
+
+    Args:
+      params: the call's parameters.
+      total: the merged partial of all the call's users.
 
     Returns:
       The analyzer's statistic.
     """
-    ordered = sorted(partials, key=lambda part: part.block)
-    rounded = np.sum([part.rounded_ones for part in ordered], axis=0, dtype=np.int64)
-    noise = np.zeros_like(ordered[0].noise_ones)
-    for part in ordered:
-        noise += part.noise_ones
-    users = sum(part.users for part in ordered)
-    return ShuffledCounts(users, rounded.astype(np.float64) + noise)
+    whole, fraction = split_mean(total.users * params.b_noise, params.p)
+    return ShuffledCounts(total.users, (total.ones_above_floor + (total.floor_total - whole)).astype(np.float64) - fraction)
 
 
 def encode_messages(params: PvecParams, vectors: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import fractions
+import functools
 import math
 
 import numpy as np
@@ -20,7 +21,7 @@ NORMAL_APPROXIMATION = "normal_approximation"
 
 
 def noise_sampler(trials: int) -> str:
-    """The sampler `centred_binomial` uses for this many trials.
+    """The sampler `binomial_above_floor` uses for this many trials.
 
     Args:
       trials: the number of Bernoulli trials summed in one draw.
@@ -32,6 +33,7 @@ def noise_sampler(trials: int) -> str:
     return EXACT if chunks <= MAX_EXACT_CHUNKS else NORMAL_APPROXIMATION
 
 
+@functools.lru_cache(maxsize=4096)
 def split_mean(trials: int, p: float) -> tuple[int, float]:
     """trials·p as an integer part and a fraction in [0, 1), computed exactly."""
     exact = fractions.Fraction(p) * trials
@@ -39,13 +41,45 @@ def split_mean(trials: int, p: float) -> tuple[int, float]:
     return whole, float(exact - whole)
 
 
+def binomial_above_floor(rng: np.random.Generator, trials: int, p: float, size: int) -> tuple[np.ndarray, int]:
+    """Draws N ~ Binomial(trials, p) `size` times, as exact integers N − F.
+
+    F is a public, data-independent integer near trials·p (the sum of
+    ⌊m_k·p⌋ over the draws), so N − F stays small enough for int64 even when
+    N itself is far beyond it (fully interactive P_GD, notes seed-000 T11),
+    and sums of such parts are exact and independent of their order.
+    Binomial(m, p) is the sum of independent Binomial(m_k, p) with Σ m_k = m,
+    so large trial counts are split into exact chunks of at most
+    MAX_TRIALS_PER_DRAW.
+
+    Args:
+      rng: the generator.
+      trials: the number of Bernoulli(p) trials (any non-negative int).
+      p: the success probability.
+      size: how many independent draws.
+
+    Returns:
+      (N − F as int64 of shape (size,), F).
+    """
+    whole, fraction = split_mean(trials, p)
+    if noise_sampler(trials) == NORMAL_APPROXIMATION:
+        # Flagged in the ledger: a rounded normal with the binomial's mean and variance.
+        normal = rng.standard_normal(size) * math.sqrt(trials * p * (1.0 - p)) + fraction
+        return np.rint(normal).astype(np.int64), whole
+    above = np.zeros(size, dtype=np.int64)
+    floor_total = 0
+    remaining = trials
+    while remaining > 0:
+        chunk = min(remaining, MAX_TRIALS_PER_DRAW)
+        chunk_whole, _ = split_mean(chunk, p)
+        above += rng.binomial(chunk, p, size) - chunk_whole
+        floor_total += chunk_whole
+        remaining -= chunk
+    return above, floor_total
+
+
 def centred_binomial(rng: np.random.Generator, trials: int, p: float, size: int) -> np.ndarray:
     """Draws Binomial(trials, p) − trials·p, `size` times independently.
-
-    The count is centred by its public mean before conversion to float64, so
-    counts far beyond int64 (fully interactive P_GD, notes seed-000 T11) keep
-    full precision. Binomial(m, p) is the sum of independent Binomial(m_k, p)
-    with Σ m_k = m, so trial counts above int64 are split into exact chunks.
 
     Args:
       rng: the generator.
@@ -56,14 +90,7 @@ def centred_binomial(rng: np.random.Generator, trials: int, p: float, size: int)
     Returns:
       float64 array of shape (size,).
     """
-    if noise_sampler(trials) == NORMAL_APPROXIMATION:
-        return rng.standard_normal(size) * math.sqrt(trials * p * (1.0 - p))
-    total = np.zeros(size)
-    remaining = trials
-    while remaining > 0:
-        chunk = min(remaining, MAX_TRIALS_PER_DRAW)
-        whole, fraction = split_mean(chunk, p)
-        # Subtract the integer part in int64 (exact), the fraction in float64.
-        total += (rng.binomial(chunk, p, size) - whole).astype(np.float64) - fraction
-        remaining -= chunk
-    return total
+    above, floor_total = binomial_above_floor(rng, trials, p, size)
+    whole, fraction = split_mean(trials, p)
+    # Subtract the integer gap exactly, the fraction in float64.
+    return (above + (floor_total - whole)).astype(np.float64) - fraction
