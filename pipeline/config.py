@@ -238,6 +238,8 @@ def _parse_grid(value: Any) -> dict[str, list[Any]]:
         if not isinstance(options, list) or not options:
             raise ConfigError(f"grid.{key}", options, "must be a non-empty list of values")
         grid[key] = [_parse_field(key, option, f"grid.{key}[{i}]") for i, option in enumerate(options)]
+        if len(set(grid[key])) != len(grid[key]):
+            raise ConfigError(f"grid.{key}", options, "repeats a value; every grid point must be distinct")
     return grid
 
 

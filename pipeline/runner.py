@@ -18,7 +18,7 @@ from pipeline.errors import ConfigError
 from pipeline.optimizers import OPTIMIZERS
 from pipeline.problems import build_problem
 from pipeline.protocols import PROTOCOLS
-from pipeline.protocols.cjmp import LITERAL_MAX_MESSAGES, literal_messages
+from pipeline.protocols.cjmp import LITERAL_MAX_MESSAGES, MAX_PRECISION, literal_messages
 from pipeline.tracking import FAILED, FINISHED, MlflowTracker, ParquetStore
 
 METRIC_COLUMNS = ("excess_loss", "epsilon_spent")
@@ -77,6 +77,12 @@ def plan_run(run: RunConfig) -> PlannedRun:
     for round_index in range(schedule.rounds):
         plan = schedule.plan(round_index)
         params = protocol.plan(plan.users, problem.dim, plan.epsilon, plan.delta, plan.norm_bound)
+        if params.g > MAX_PRECISION:
+            raise ConfigError(
+                "problem.radius", run["problem.radius"],
+                f"round {round_index} needs P_vec precision g = ⌈2Δ₂√n⌉ = {params.g} above {MAX_PRECISION} "
+                "(the exact sampler's limit); lower the radius or the users per round",
+            )
         if job.simulation == engine.LITERAL and literal_messages(params) > LITERAL_MAX_MESSAGES:
             raise ConfigError(
                 "execution.simulation", "literal",
@@ -86,9 +92,11 @@ def plan_run(run: RunConfig) -> PlannedRun:
         planned.append((round_index, plan.first_user, plan.stop_user, params))
     ledger = _ledger(job, planned)
     if not ledger.within_target():
-        spent = ledger.total()
-        raise ConfigError("privacy.epsilon", run["privacy.epsilon"],
-                          f"the planned ledger spends (ε, δ) = {spent}, above the target")
+        epsilon, delta = ledger.total()
+        # Lemma B.6 sizes ε0 with ln(1/δ) but composes with ln((T+1)/δ): at large δ the split overspends.
+        raise ConfigError("privacy.delta", run["privacy.delta"],
+                          f"the planned ledger spends (ε, δ) = ({epsilon:.4g}, {delta:.3g}), above the target "
+                          f"({run['privacy.epsilon']:g}, {run['privacy.delta']:g}); use a smaller delta")
     return PlannedRun(run, job, ledger)
 
 
@@ -153,15 +161,20 @@ def execute_run(planned: PlannedRun, tracker: MlflowTracker, store: ParquetStore
             "ledger.json": json.dumps(ledger.to_dict(), indent=2).encode(),
             "config.yaml": yaml.safe_dump(run.nested(), sort_keys=False).encode(),
         }
-        folder = store.commit(row, rounds, files)
+        folder = store.stage(run.run_id, rounds, files)
         tracker.log_rounds(mlflow_run_id, rounds, METRIC_COLUMNS)
         tracker.finish(mlflow_run_id, {"final_excess_loss": row["final_excess_loss"], "epsilon": epsilon,
                                        "delta": delta, "wall_s": row["wall_s"]}, folder, "FINISHED")
+        # Last: the runs.parquet row is what marks the run done.
+        store.commit(row, rounds)
         return row
     except BaseException:
-        tracker.fail(mlflow_run_id)
         row.update(status=FAILED, wall_s=time.perf_counter() - began)
-        store.commit(row, pd.DataFrame(), {})
+        store.commit(row, pd.DataFrame())
+        try:
+            tracker.fail(mlflow_run_id)
+        except Exception:  # an unreachable store must not hide the run's own error
+            pass
         raise
 
 
@@ -198,6 +211,7 @@ def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridS
             say(f"[{index}/{len(planned)}] {run_id} FAILED: {type(err).__name__}: {err}")
             continue
         summary.finished.append(row)
+        done.add(run_id)
         say(f"[{index}/{len(planned)}] {run_id} {item.config['optimizer.name']} n={item.config['n_users']} "
             f"eps={item.config['privacy.epsilon']:g}: excess loss {row['final_excess_loss']:.4g} "
             f"in {row['wall_s']:.1f}s")

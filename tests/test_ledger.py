@@ -33,6 +33,11 @@ def test_a_call_outside_theorem_3_2_is_refused():
         pvec_analysis_bound(attr.evolve(event, g=3))
     with pytest.raises(ValueError, match="outside Theorem 3.2"):
         pvec_analysis_bound(attr.evolve(event, p=0.5))
+    # Too little noise: fewer bits, or a smaller p, than Lemma 3.1 needs.
+    with pytest.raises(ValueError, match="less noise"):
+        pvec_analysis_bound(attr.evolve(event, b_noise=1, p=0.01))
+    with pytest.raises(ValueError, match="less noise"):
+        pvec_analysis_bound(attr.evolve(event, p=event.p * 0.999))
 
 
 def test_sequential_ledger_refuses_overlapping_batches():
@@ -43,7 +48,9 @@ def test_sequential_ledger_refuses_overlapping_batches():
     with pytest.raises(LedgerError, match="already answered"):
         ledger.record(3, 250, 350, _event())
     with pytest.raises(LedgerError, match="already answered"):
-        ledger.record(3, 50, 60, _event())
+        ledger.record(3, 50, 60, _event(users=10))
+    with pytest.raises(LedgerError, match="a call over 100 users for 10 users"):
+        ledger.record(3, 300, 310, _event())
     assert ledger.total() == (1.0, 1e-6) and ledger.within_target()
     data = ledger.to_dict()
     assert data["events"][0]["rounds"] == [0, 3] and data["accounting"]["paper"]["checks"]["disjoint_batches"]
@@ -53,7 +60,8 @@ def test_sequential_ledger_refuses_overlapping_batches():
 def test_advanced_composition_formula():
     # DRV10 Thm III.3 by hand: k = 100, ε0 = 0.01, δ' = 1e-6.
     epsilon, delta = advanced_composition(0.01, 1e-8, 100, 1e-6)
-    assert epsilon == pytest.approx(math.sqrt(200 * math.log(1e6)) * 0.01 + 100 * 0.01 * (math.exp(0.01) - 1))
+    by_hand = math.sqrt(200 * math.log(1e6)) * 0.01 + 100 * 0.01 * (math.exp(0.01) - 1)
+    assert by_hand <= epsilon == pytest.approx(by_hand, rel=1e-11)
     assert delta == pytest.approx(100 * 1e-8 + 1e-6)
 
 

@@ -83,6 +83,8 @@ class PrivacyLedger:
         """
         if round_index != self._rounds:
             raise LedgerError(f"round {round_index} recorded after {self._rounds} rounds")
+        if event.users != stop_user - first_user:
+            raise LedgerError(f"round {round_index}: a call over {event.users} users for {stop_user - first_user} users")
         paper.pvec_analysis_bound(event)  # raises outside the theorem
         if self.composition == SEQUENTIAL:
             self._claim_users(first_user, stop_user)

@@ -12,8 +12,10 @@ def pvec_analysis_bound(event: PvecDpEvent) -> tuple[float, float]:
 
     With γ = δ̂ = δ/(d+1) and ε̂ = ε/(18√ln(1/γ)), Lemma 3.3 gives
     ε' ≤ 18ε̂² + 6ε̂√ln(1/γ) = ε/3 + ε²/(18 ln((d+1)/δ)) and δ' = δ. The proof
-    needs g ≥ max(2Δ₂√n, √d, 4), p < 1/2, ε ≤ 15 and δ < 1/2; a call that
-    breaks them gets no bound.
+    needs g ≥ max(2Δ₂√n, √d, 4), ε ≤ 15, δ < 1/2, and per coordinate the
+    noise of Lemma 3.1 at (ε̂, δ̂): b_noise > 180g² ln(2/δ̂)/(ε̂²n) and
+    b_noise·p·n ≥ 90g² ln(2/δ̂)/ε̂² with p < 1/2. A call that breaks them gets
+    no bound.
 
     Args:
       event: the call.
@@ -31,6 +33,12 @@ def pvec_analysis_bound(event: PvecDpEvent) -> tuple[float, float]:
         raise ValueError(f"P_vec call outside Theorem 3.2: ε={event.epsilon}, δ={event.delta}")
     log_inv_gamma = math.log((event.dim + 1) / event.delta)
     epsilon_hat = event.epsilon / (18.0 * math.sqrt(log_inv_gamma))
+    delta_hat = event.delta / (event.dim + 1)
+    threshold = 180.0 * event.g**2 * math.log(2.0 / delta_hat) / (epsilon_hat**2 * event.users)
+    # Relative slack 1e-12 only absorbs float error in recomputing the threshold.
+    if not (event.b_noise > threshold and event.b_noise * event.p >= threshold / 2.0 * (1.0 - 1e-12)):
+        raise ValueError(f"P_vec call outside Theorem 3.2: b_noise={event.b_noise}, p={event.p} give less "
+                         f"noise than Lemma 3.1 needs (b_noise > {threshold:.6g}, b_noise·p ≥ {threshold / 2:.6g})")
     bound = 18.0 * epsilon_hat**2 + 6.0 * epsilon_hat * math.sqrt(log_inv_gamma)
     return bound, event.delta
 
@@ -53,7 +61,8 @@ def advanced_composition(epsilon0: float, delta0: float, rounds: int, slack: flo
     if rounds == 0:
         return 0.0, 0.0
     epsilon = math.sqrt(2.0 * rounds * math.log(1.0 / slack)) * epsilon0 + rounds * epsilon0 * math.expm1(epsilon0)
-    return epsilon, round_up(fractions.Fraction(delta0) * rounds + fractions.Fraction(slack))
+    # Rounded up by far more than the formula's float error: never report less.
+    return epsilon * (1.0 + 1e-12), round_up(fractions.Fraction(delta0) * rounds + fractions.Fraction(slack))
 
 
 def round_up(value: fractions.Fraction) -> float:

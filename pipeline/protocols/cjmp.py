@@ -25,6 +25,8 @@ import numpy as np
 
 from pipeline.protocols.sampling import binomial_above_floor, noise_sampler, split_mean
 
+# The exact sampler keeps 256·g in 32 bits (see _rounded_sum).
+MAX_PRECISION = 2**24 - 1
 # Literal mode materializes labels (int32) and bits (uint8) for every message,
 # plus the uniform draws that make them; refuse runs that could not fit.
 LITERAL_MAX_MESSAGES = 20_000_000
@@ -295,7 +297,7 @@ def encode_block(params: PvecParams, chunks: Iterable[np.ndarray], rng: np.rando
     Returns:
       The block's counts.
     """
-    if _BYTE * params.g >= 2**32:
+    if params.g > MAX_PRECISION:
         raise ValueError(f"g = {params.g} is too large for 32-bit fixed-point rounding")
     users = 0
     rounded = np.zeros(params.dim, dtype=np.int64)

@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 
 import numpy as np
 import pandas as pd
-from mlflow.entities import Metric, Param, RunStatus
+from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from pipeline.errors import ConfigError
@@ -87,7 +87,12 @@ class MlflowTracker:
             raise ConfigError("tracking.mlflow_uri", uri, f"cannot open the MLflow store ({first_line})") from None
 
     def start(self, run_id: str, name: str, params: dict[str, object]) -> str:
-        """Starts the MLflow run of a pipeline run, failing stale attempts.
+        """Starts the MLflow run of a pipeline run, deleting stale attempts.
+
+        The caller starts only runs that the Parquet store does not hold as
+        finished, so any MLflow run already tagged with `run_id` is an
+        interrupted attempt: it is deleted, keeping one MLflow run per
+        (grid point, seed).
 
         Args:
           run_id: the pipeline run id (tagged, for resume).
@@ -99,8 +104,7 @@ class MlflowTracker:
         """
         stale = self.client.search_runs([self.experiment_id], filter_string=f"tags.{RUN_ID_TAG} = '{run_id}'")
         for run in stale:
-            if run.info.status == RunStatus.to_string(RunStatus.RUNNING):
-                self.client.set_terminated(run.info.run_id, status="FAILED")
+            self.client.delete_run(run.info.run_id)
         run = self.client.create_run(self.experiment_id, run_name=name, tags={RUN_ID_TAG: run_id})
         items = [Param(key, str(value)) for key, value in params.items() if value is not None]
         for at in range(0, len(items), PARAMS_PER_BATCH):

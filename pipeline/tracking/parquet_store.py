@@ -64,8 +64,30 @@ class ParquetStore:
             return set()
         return set(runs.loc[runs["status"] == FINISHED, "run_id"])
 
-    def commit(self, run_row: dict, rounds: pd.DataFrame, files: dict[str, bytes]) -> Path:
-        """Records one run: its artifacts, its rounds, then its row.
+    def stage(self, run_id: str, rounds: pd.DataFrame, files: dict[str, bytes]) -> Path:
+        """Writes a run's artifact folder OUT/runs/<run_id>/ whole or not at all.
+
+        Args:
+          run_id: the run.
+          rounds: the run's rounds, written as its own rounds.parquet.
+          files: other artifacts, name → content.
+
+        Returns:
+          The folder.
+        """
+        folder = self.out / "runs" / run_id
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{run_id}."))
+        for name, content in files.items():
+            (staging / name).write_bytes(content)
+        rounds.to_parquet(staging / "rounds.parquet", index=False)
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(staging, folder)
+        return folder
+
+    def commit(self, run_row: dict, rounds: pd.DataFrame) -> None:
+        """Records a run in rounds.parquet, then in runs.parquet.
 
         The row in runs.parquet is written last and is what marks the run
         done; an earlier crash leaves the run to be redone, and the rows it
@@ -74,23 +96,9 @@ class ParquetStore:
         Args:
           run_row: the run's runs.parquet row (must hold run_id and status).
           rounds: the run's rounds.parquet rows (may be empty).
-          files: artifact name → content, written with the run's own
-            rounds.parquet to OUT/runs/<run_id>/.
-
-        Returns:
-          The run's artifact folder.
         """
+        self.out.mkdir(parents=True, exist_ok=True)
         run_id = run_row["run_id"]
-        folder = self.out / "runs" / run_id
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{run_id}."))
-        for name, content in files.items():
-            (staging / name).write_bytes(content)
-        if not rounds.empty:
-            rounds.to_parquet(staging / "rounds.parquet", index=False)
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(staging, folder)
         for path, rows in ((self.rounds_path, rounds), (self.runs_path, pd.DataFrame([run_row]))):
             table = self._read(path)
             kept = table[table["run_id"] != run_id] if not table.empty else table
@@ -98,4 +106,3 @@ class ParquetStore:
                 continue
             parts = [part for part in (kept, rows) if not part.empty]
             _replace_table(path, pd.concat(parts, ignore_index=True) if parts else kept)
-        return folder
