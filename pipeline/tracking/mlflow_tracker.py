@@ -19,7 +19,7 @@ from pipeline.errors import ConfigError
 METRICS_PER_BATCH = 1000
 PARAMS_PER_BATCH = 100
 # Steps logged per metric; rounds.parquet keeps every round.
-MAX_METRIC_STEPS = 1000
+MAX_METRIC_STEPS = 500
 # Seconds to wait for a tracking server's /health before refusing to start
 # (MLflow's own client retries for minutes).
 SERVER_PROBE_TIMEOUT_S = 5
