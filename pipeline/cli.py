@@ -20,6 +20,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="results folder (overrides tracking.out)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a field, e.g. --set privacy.epsilon=4 or --set grid.n_users=[1000,10000]")
+    report = commands.add_parser("report", help="draw figures from a results folder and log them to MLflow")
+    report.add_argument("dir", help="a results folder (holding runs.parquet and rounds.parquet)")
     ledger = commands.add_parser("ledger", help="print the planned privacy ledger as JSON, without running")
     ledger.add_argument("config", help="the experiment YAML")
     ledger.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -56,6 +58,19 @@ def _ledger(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _report(args: argparse.Namespace) -> int:
+    from pipeline import report
+    from pipeline.tracking import MlflowTracker
+
+    files = report.build_report(args.dir)
+    uri, experiment = report.tracking_of(args.dir)
+    mlflow_run_id = MlflowTracker(uri, experiment).log_report(files[0].parent)
+    for path in files:
+        print(path)
+    print(f"logged to MLflow {uri}, experiment {experiment!r}, run {mlflow_run_id}")
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point.
 
@@ -67,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = _parser().parse_args(argv)
     try:
-        return {"run": _run, "ledger": _ledger}[args.command](args)
+        return {"run": _run, "ledger": _ledger, "report": _report}[args.command](args)
     except ConfigError as err:
         print(err, file=sys.stderr)
         return EXIT_BAD_INPUT

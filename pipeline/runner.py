@@ -15,7 +15,7 @@ from pipeline import engine
 from pipeline.accounting.ledger import PrivacyLedger
 from pipeline.config import RunConfig
 from pipeline.errors import ConfigError
-from pipeline.optimizers import OPTIMIZERS
+from pipeline.optimizers import OPTIMIZERS, theory
 from pipeline.problems import build_problem
 from pipeline.protocols import PROTOCOLS
 from pipeline.protocols.cjmp import LITERAL_MAX_MESSAGES, MAX_PRECISION, literal_messages
@@ -100,6 +100,21 @@ def plan_run(run: RunConfig) -> PlannedRun:
     return PlannedRun(run, job, ledger)
 
 
+THEORY_COLUMNS = ("theory_rate", "central_rate", "local_rate", "nonprivate_rate")
+
+
+def theory_rates(planned: PlannedRun) -> dict[str, float]:
+    """The run's theoretical rate and the reference rates at its (n, d, ε, δ)."""
+    run, problem = planned.config, planned.job.problem
+    n, epsilon = run["n_users"], run["privacy.epsilon"]
+    return {
+        "theory_rate": planned.job.optimizer.theory_rate(),
+        "central_rate": theory.central_rate(problem, n, epsilon),
+        "local_rate": theory.local_rate(problem, n, epsilon),
+        "nonprivate_rate": theory.nonprivate_rate(problem, n),
+    }
+
+
 def _finite(table: pd.DataFrame, what: str) -> None:
     numbers = table.select_dtypes("number")
     if not numbers.empty and not bool(numbers.apply(lambda c: c.map(math.isfinite)).all().all()):
@@ -156,15 +171,15 @@ def execute_run(planned: PlannedRun, tracker: MlflowTracker, store: ParquetStore
         _finite(rounds, "round metrics")
         epsilon, delta = ledger.total()
         row.update(final_excess_loss=records[-1].excess_loss, epsilon=epsilon, delta=delta,
-                   status=FINISHED, wall_s=time.perf_counter() - began)
+                   **theory_rates(planned), status=FINISHED, wall_s=time.perf_counter() - began)
         files = {
             "ledger.json": json.dumps(ledger.to_dict(), indent=2).encode(),
             "config.yaml": yaml.safe_dump(run.nested(), sort_keys=False).encode(),
         }
         folder = store.stage(run.run_id, rounds, files)
         tracker.log_rounds(mlflow_run_id, rounds, METRIC_COLUMNS)
-        tracker.finish(mlflow_run_id, {"final_excess_loss": row["final_excess_loss"], "epsilon": epsilon,
-                                       "delta": delta, "wall_s": row["wall_s"]}, folder, "FINISHED")
+        summary = {key: row[key] for key in ("final_excess_loss", "epsilon", "delta", "wall_s", *THEORY_COLUMNS)}
+        tracker.finish(mlflow_run_id, summary, folder, "FINISHED")
         # Last: the runs.parquet row is what marks the run done.
         store.commit(row, rounds)
         return row

@@ -98,3 +98,26 @@ def test_ledger_command_prints_every_grid_point(capsys):
         assert paper["epsilon"] <= point["config"]["privacy.epsilon"] and paper["checks"]["within_target"]
         for event in point["ledger"]["events"]:
             assert {"users", "dim", "epsilon", "delta", "g", "b_noise", "p", "analysis_bound"} <= set(event)
+
+
+def test_report_draws_the_figures_and_logs_them_to_mlflow(quickstart, capsys):
+    root, uri, _ = quickstart
+    for _ in range(2):  # a second report replaces the first
+        assert cli.main(["report", str(root / "results")]) == 0
+    folder = root / "results" / "report"
+    names = {"excess_vs_round.png", "excess_vs_n.png", "epsilon_vs_round.png", "compare_optimizers.png"}
+    assert names | {"slopes.csv"} == {p.name for p in folder.iterdir()}
+    for name in names:
+        assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    slopes = pd.read_csv(folder / "slopes.csv")
+    assert len(slopes) == 4 and {"measured_slope", "theory_slope"} <= set(slopes.columns)
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("quickstart")
+    reports = client.search_runs([experiment.experiment_id], filter_string="tags.pipeline_report = 'true'")
+    assert len(reports) == 1
+    assert names <= {a.path for a in client.list_artifacts(reports[0].info.run_id)}
+
+
+def test_report_refuses_a_folder_without_results(tmp_path, capsys):
+    assert cli.main(["report", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("config error: DIR = ")

@@ -139,3 +139,8 @@ class Optimizer(abc.ABC):
     @abc.abstractmethod
     def hyperparameters(self) -> dict[str, float | int]:
         """The resolved hyperparameters (batch size, rounds, step size, ...)."""
+
+    @abc.abstractmethod
+    def theory_rate(self) -> float:
+        """The excess-loss rate of the theorem this optimizer implements, its
+        hidden constant taken as 1 (see pipeline.optimizers.theory)."""

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from pipeline.accounting.ledger import FULLY_INTERACTIVE
 from pipeline.accounting.paper import full_gd_round_budget, split_below
+from pipeline.optimizers import theory
 from pipeline.optimizers.averaged import AveragedProjectedDescent
 from pipeline.optimizers.base import RoundGroup, Schedule
 from pipeline.problems.base import Problem
@@ -61,6 +62,9 @@ class FullGD(AveragedProjectedDescent):
         epsilon0, delta0 = self.round_budget()
         group = RoundGroup(self.rounds, self.n_users, 0, 0, epsilon0, delta0, self.problem.lipschitz)
         return Schedule(FULLY_INTERACTIVE, (group,), slack=split_below(self.delta, self.rounds + 1))
+
+    def theory_rate(self) -> float:
+        return theory.full_gd_rate(self.problem, self.n_users, self.epsilon, self.delta)
 
     def hyperparameters(self) -> dict[str, float | int]:
         epsilon0, delta0 = self.round_budget()

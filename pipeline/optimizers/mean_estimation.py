@@ -7,7 +7,9 @@ from typing import ClassVar
 import numpy as np
 
 from pipeline.accounting.ledger import SEQUENTIAL
+from pipeline.optimizers import theory
 from pipeline.optimizers.base import DATA, Optimizer, RoundGroup, Schedule
+from pipeline.protocols.cjmp import plan_pvec
 from pipeline.problems.base import Problem
 
 
@@ -52,6 +54,13 @@ class MeanEstimation(Optimizer):
 
     def output(self, state: np.ndarray) -> np.ndarray:
         return state
+
+    def theory_rate(self) -> float:
+        params = plan_pvec(self.n_users, self.problem.dim, self.epsilon, self.delta, self.problem.data_norm_bound)
+        # Per coordinate: rounding variance ≤ n/4 plus the noise bits' n·b·p(1−p), in units of (Δ/g)².
+        per_coordinate = (params.value_range / params.g) ** 2 * (
+            params.users / 4 + params.users * params.b_noise * params.p * (1 - params.p))
+        return theory.mean_estimation_rate(self.problem, self.n_users, self.problem.dim * per_coordinate)
 
     def hyperparameters(self) -> dict[str, float | int]:
         return {"rounds": 1, "batch_size": self.n_users}

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from pipeline.accounting.ledger import SEQUENTIAL
 from pipeline.errors import ConfigError
+from pipeline.optimizers import theory
 from pipeline.optimizers.averaged import AveragedProjectedDescent
 from pipeline.optimizers.base import RoundGroup, Schedule
 from pipeline.problems.base import Problem
@@ -72,6 +73,9 @@ class SeqSGD(AveragedProjectedDescent):
         group = RoundGroup(self.rounds, self.batch_size, 0, self.batch_size,
                            self.epsilon, self.delta, self.problem.lipschitz)
         return Schedule(SEQUENTIAL, (group,))
+
+    def theory_rate(self) -> float:
+        return theory.seq_sgd_rate(self.problem, self.n_users, self.epsilon, self.delta)
 
     def hyperparameters(self) -> dict[str, float | int]:
         return {"batch_size": self.batch_size, "rounds": self.rounds, "step_size": self.step_size}

@@ -24,6 +24,7 @@ MAX_METRIC_STEPS = 500
 # (MLflow's own client retries for minutes).
 SERVER_PROBE_TIMEOUT_S = 5
 RUN_ID_TAG = "run_id"
+REPORT_TAG = "pipeline_report"
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -145,6 +146,23 @@ class MlflowTracker:
         if artifacts is not None:
             self.client.log_artifacts(mlflow_run_id, str(artifacts))
         self.client.set_terminated(mlflow_run_id, status=status)
+
+    def log_report(self, folder: Path) -> str:
+        """Logs a report's files as the experiment's one "report" run,
+        replacing an earlier report.
+
+        Args:
+          folder: the report's folder.
+
+        Returns:
+          The report's MLflow run id.
+        """
+        for old in self.client.search_runs([self.experiment_id], filter_string=f"tags.{REPORT_TAG} = 'true'"):
+            self.client.delete_run(old.info.run_id)
+        run = self.client.create_run(self.experiment_id, run_name="report", tags={REPORT_TAG: "true"})
+        self.client.log_artifacts(run.info.run_id, str(folder))
+        self.client.set_terminated(run.info.run_id, status="FINISHED")
+        return run.info.run_id
 
     def fail(self, mlflow_run_id: str) -> None:
         """Ends a run as FAILED."""

@@ -1,0 +1,144 @@
+"""`python -m pipeline report DIR`: figures from a results folder, logged to MLflow."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from pipeline.errors import ConfigError  # noqa: E402
+
+LABEL = ["optimizer.name", "privacy.epsilon"]
+# Written by runs since the theory curves exist; older folders lack them.
+THEORY_COLUMNS = ("theory_rate", "central_rate", "local_rate", "nonprivate_rate")
+
+
+def fit_slope(x: np.ndarray, y: np.ndarray) -> float:
+    """Least-squares slope of log y against log x (NaN with fewer than two distinct x)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    keep = (x > 0) & (y > 0)
+    if len(np.unique(x[keep])) < 2:
+        return math.nan
+    return float(np.polyfit(np.log(x[keep]), np.log(y[keep]), 1)[0])
+
+
+def _read(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    try:
+        runs = pd.read_parquet(out / "runs.parquet")
+        rounds = pd.read_parquet(out / "rounds.parquet")
+    except (OSError, ValueError) as err:
+        raise ConfigError("DIR", str(out), f"is not a results folder with runs.parquet and rounds.parquet ({err})") from None
+    runs = runs[runs["status"] == "finished"].copy()
+    for column in THEORY_COLUMNS:
+        if column not in runs:
+            runs[column] = math.nan
+    if runs.empty:
+        raise ConfigError("DIR", str(out), "holds no finished runs")
+    return runs, rounds[rounds["run_id"].isin(runs["run_id"])]
+
+
+def tracking_of(out: str | Path) -> tuple[str, str]:
+    """The MLflow URI and experiment the folder's runs were logged to."""
+    runs, _ = _read(Path(out))
+    first = runs.iloc[0]
+    return first["tracking.mlflow_uri"], first["experiment"]
+
+
+def _label(row: pd.Series) -> str:
+    return f"{row['optimizer.name']} ε={row['privacy.epsilon']:g} n={row['n_users']}"
+
+
+def _excess_vs_round(runs: pd.DataFrame, rounds: pd.DataFrame, axes) -> None:
+    merged = rounds.merge(runs[["run_id", "config_hash"]], on="run_id")
+    firsts = runs.groupby("config_hash").head(1).sort_values(LABEL + ["n_users"])
+    for (_, first), color in zip(firsts.iterrows(), plt.cm.tab10.colors * 10):
+        curve = merged[merged["config_hash"] == first["config_hash"]].groupby("round")["excess_loss"].mean()
+        axes.plot(curve.index + 1, curve.to_numpy(), color=color, label=_label(first),
+                  marker="o" if len(curve) == 1 else None)
+        if math.isfinite(first["theory_rate"]):
+            axes.axhline(first["theory_rate"], color=color, linestyle="--", linewidth=0.8)
+    axes.set(xscale="log", yscale="log", xlabel="round", ylabel="excess population loss (mean over seeds)",
+             title="Excess loss per round (dashed: the theorem's rate, constant 1)")
+    axes.legend(fontsize=7)
+
+
+def _excess_vs_n(runs: pd.DataFrame, axes) -> pd.DataFrame:
+    rows = []
+    for (name, epsilon), group in runs.groupby(LABEL):
+        by_n = group.groupby("n_users").agg(loss=("final_excess_loss", "mean"), theory=("theory_rate", "first"))
+        measured = fit_slope(by_n.index.to_numpy(), by_n["loss"].to_numpy())
+        theoretical = fit_slope(by_n.index.to_numpy(), by_n["theory"].to_numpy())
+        rows.append({"optimizer.name": name, "privacy.epsilon": epsilon, "measured_slope": measured,
+                     "theory_slope": theoretical, "points": len(by_n)})
+        line = axes.plot(by_n.index, by_n["loss"], marker="o",
+                         label=f"{name} ε={epsilon:g}: slope {measured:.2f} (theory {theoretical:.2f})")
+        axes.plot(by_n.index, by_n["theory"], linestyle="--", color=line[0].get_color(), linewidth=0.8)
+    axes.set(xscale="log", yscale="log", xlabel="n (users)", ylabel="final excess loss (mean over seeds)",
+             title="Final excess loss vs n (dashed: theory)")
+    axes.legend(fontsize=7)
+    return pd.DataFrame(rows)
+
+
+def _epsilon_vs_round(runs: pd.DataFrame, rounds: pd.DataFrame, axes) -> None:
+    first_seed = runs.sort_values("seed").groupby("config_hash").head(1)
+    for _, run in first_seed.iterrows():
+        curve = rounds[rounds["run_id"] == run["run_id"]]
+        axes.plot(curve["round"] + 1, curve["epsilon_spent"],
+                  label=f"{_label(run)} ({run['privacy.accounting']})")
+    axes.set(xscale="log", xlabel="round", ylabel="ε spent", title="Privacy spent per round, by accounting mode")
+    axes.legend(fontsize=7)
+
+
+def _compare(runs: pd.DataFrame, axes) -> None:
+    summary = runs.groupby(LABEL + ["n_users"]).agg(
+        loss=("final_excess_loss", "mean"), spread=("final_excess_loss", "std"),
+        central=("central_rate", "first"), local=("local_rate", "first"), nonprivate=("nonprivate_rate", "first"),
+    ).reset_index()
+    positions = np.arange(len(summary))
+    axes.bar(positions, summary["loss"], yerr=summary["spread"].fillna(0.0), color="tab:blue", label="measured")
+    for column, marker in (("central", "v"), ("local", "^"), ("nonprivate", "o")):
+        axes.scatter(positions, summary[column], marker=marker, zorder=3, label=f"{column} rate")
+    axes.set_xticks(positions, [f"{r['optimizer.name']}\nε={r['privacy.epsilon']:g}\nn={r['n_users']}"
+                                for _, r in summary.iterrows()], fontsize=7)
+    axes.set(yscale="log", ylabel="final excess loss", title="Optimizers compared (error bars: std over seeds)")
+    axes.legend(fontsize=7)
+
+
+def build_report(out: str | Path) -> list[Path]:
+    """Draws the report's figures into OUT/report/.
+
+    Args:
+      out: a results folder.
+
+    Returns:
+      The files written (PNG figures and slopes.csv).
+
+    Raises:
+      ConfigError: the folder holds no finished runs.
+    """
+    out = Path(out)
+    runs, rounds = _read(out)
+    folder = out / "report"
+    folder.mkdir(exist_ok=True)
+    written = []
+    slopes = None
+    for name, draw in (("excess_vs_round", lambda ax: _excess_vs_round(runs, rounds, ax)),
+                       ("excess_vs_n", lambda ax: _excess_vs_n(runs, ax)),
+                       ("epsilon_vs_round", lambda ax: _epsilon_vs_round(runs, rounds, ax)),
+                       ("compare_optimizers", lambda ax: _compare(runs, ax))):
+        figure, axes = plt.subplots(figsize=(8, 5))
+        result = draw(axes)
+        slopes = result if result is not None else slopes
+        figure.tight_layout()
+        path = folder / f"{name}.png"
+        figure.savefig(path, dpi=110)
+        plt.close(figure)
+        written.append(path)
+    slopes.to_csv(folder / "slopes.csv", index=False)
+    written.append(folder / "slopes.csv")
+    return written

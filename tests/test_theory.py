@@ -1,0 +1,45 @@
+"""Theory curves: the exponents the theorems state, and the slope fit."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pipeline.optimizers import FullGD, MeanEstimation, SeqSGD, theory
+from pipeline.problems import Quadratic
+from pipeline.report import fit_slope
+
+PROBLEM = Quadratic(dim=10, radius=1.0)
+
+
+def test_fit_slope_recovers_a_power_law():
+    n = np.array([1e3, 1e4, 1e5, 1e6])
+    assert fit_slope(n, 3.0 * n**-0.8) == pytest.approx(-0.8, abs=1e-12)
+    assert math.isnan(fit_slope(np.array([10.0, 10.0]), np.array([1.0, 2.0])))
+
+
+def _slope(rate, low=1e6, high=1e7):
+    return math.log(rate(high) / rate(low)) / math.log(high / low)
+
+
+def test_rates_have_the_theorems_exponents_in_n():
+    # Theorem 4.1: n^{-1/2} exactly.
+    assert _slope(lambda n: SeqSGD.from_config(PROBLEM, int(n), 1.0, 1e-6).theory_rate()) == pytest.approx(-0.5, abs=1e-9)
+    # Theorem 4.9: the privacy term n^{-1} dominates at small n, 1/√n at large n.
+    full = lambda n: FullGD.from_config(PROBLEM, int(n), 0.1, 1e-6, rounds=1).theory_rate()  # noqa: E731
+    assert _slope(full, 1e2, 1e3) == pytest.approx(-1.0, abs=0.02)
+    assert _slope(full, 1e12, 1e13) == pytest.approx(-0.5, abs=0.02)
+    # Mean estimation: the protocol's variance over n², while it dominates Var(x)/n.
+    mean = lambda n: MeanEstimation.from_config(PROBLEM, int(n), 1.0, 1e-6).theory_rate()  # noqa: E731
+    assert _slope(mean, 1e3, 1e4) == pytest.approx(-2.0, abs=0.05)
+
+
+def test_reference_rates_are_ordered():
+    for n in (10**3, 10**5, 10**7):
+        nonprivate = theory.nonprivate_rate(Quadratic(dim=10, radius=1.0), n)
+        central = theory.central_rate(PROBLEM, n, 1.0)
+        local = theory.local_rate(PROBLEM, n, 1.0)
+        shuffle_full = theory.full_gd_rate(PROBLEM, n, 1.0, 1e-6)
+        assert nonprivate <= central <= local
+        assert central <= shuffle_full  # the shuffle bound carries extra log factors
