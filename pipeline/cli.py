@@ -9,7 +9,7 @@ from pathlib import Path
 from pipeline import config
 from pipeline.errors import ConfigError
 
-EXIT_OK, EXIT_RUNS_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_RUNS_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,7 +34,12 @@ def _run(args: argparse.Namespace) -> int:
 
     overrides = list(args.overrides) + ([f"tracking.out={args.out}"] if args.out else [])
     runs = config.expand(config.read_config(args.config, overrides))
-    summary = runner.run_grid(runs)
+    try:
+        summary = runner.run_grid(runs)
+    except KeyboardInterrupt:
+        print("interrupted: the runs in flight are marked failed; rerun the same command to resume",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     first = runs[0]
     out = Path(first["tracking.out"]).resolve()
     print(f"\n{len(runs)} runs: {len(summary.finished)} finished, {len(summary.skipped)} skipped, "

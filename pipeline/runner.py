@@ -130,11 +130,36 @@ class GridSummary:
     failed: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
 
-def execute_run(planned: PlannedRun, tracker: MlflowTracker, store: ParquetStore) -> dict:
-    """Executes one planned run and records it.
+def start_run(planned: PlannedRun, tracker: MlflowTracker) -> str:
+    """Opens a run's MLflow run with its parameters.
+
+    Returns:
+      The MLflow run id.
+    """
+    run, job = planned.config, planned.job
+    hyper = {f"resolved.{k}": v for k, v in job.optimizer.hyperparameters().items()}
+    constants = {f"problem.{k}": v for k, v in job.problem.constants().items()}
+    name = f"{run['optimizer.name']}-n{run['n_users']}-eps{run['privacy.epsilon']:g}-s{run.seed}"
+    return tracker.start(run.run_id, name, {**run.flat(), **hyper, **constants, "config_hash": run.config_hash})
+
+
+def _row(planned: PlannedRun, mlflow_run_id: str) -> dict:
+    run = planned.config
+    return {"run_id": run.run_id, "mlflow_run_id": mlflow_run_id, "config_hash": run.config_hash, **run.flat()}
+
+
+def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id: str,
+               tracker: MlflowTracker, store: ParquetStore) -> dict:
+    """Checks an executed run against its plan and records it in both sinks.
+
+    MLflow is finished first; the runs.parquet row, written last, marks the
+    run done.
 
     Args:
       planned: the run.
+      records: its round records, from the engine.
+      wall_s: how long it ran.
+      mlflow_run_id: its MLflow run.
       tracker: the MLflow sink.
       store: the Parquet sink.
 
@@ -142,59 +167,85 @@ def execute_run(planned: PlannedRun, tracker: MlflowTracker, store: ParquetStore
       The run's runs.parquet row.
 
     Raises:
-      Whatever the run raised, after marking it failed in both sinks.
+      RuntimeError: the executed rounds differ from the planned ledger.
+      FloatingPointError: a NaN or infinity in the results.
     """
     run, job = planned.config, planned.job
-    began = time.perf_counter()
-    hyper = {f"resolved.{k}": v for k, v in job.optimizer.hyperparameters().items()}
-    constants = {f"problem.{k}": v for k, v in job.problem.constants().items()}
-    name = f"{run['optimizer.name']}-n{run['n_users']}-eps{run['privacy.epsilon']:g}-s{run.seed}"
-    mlflow_run_id = tracker.start(run.run_id, name, {**run.flat(), **hyper, **constants,
-                                                     "config_hash": run.config_hash})
-    row = {"run_id": run.run_id, "mlflow_run_id": mlflow_run_id, "config_hash": run.config_hash, **run.flat()}
+    ledger = _ledger(job, [(r.plan.round, r.plan.first_user, r.plan.stop_user, r.params) for r in records])
+    if ledger.to_dict() != planned.ledger.to_dict():
+        raise RuntimeError("the executed rounds differ from the planned ledger")
+    spent = [ledger.spent_after(r.plan.round) for r in records]
+    rounds = pd.DataFrame({
+        "run_id": run.run_id,
+        "round": [r.plan.round for r in records],
+        "users_in_round": [r.plan.users for r in records],
+        "excess_loss": [r.excess_loss for r in records],
+        "population_loss": [r.population_loss for r in records],
+        "epsilon_spent": [s[0] for s in spent],
+        "delta_spent": [s[1] for s in spent],
+        "wall_s": pd.Series([r.seconds for r in records]).cumsum(),
+    })
+    _finite(rounds, "round metrics")
+    epsilon, delta = ledger.total()
+    row = {**_row(planned, mlflow_run_id), "final_excess_loss": records[-1].excess_loss, "epsilon": epsilon,
+           "delta": delta, **theory_rates(planned), "status": FINISHED, "wall_s": wall_s}
+    files = {
+        "ledger.json": json.dumps(ledger.to_dict(), indent=2).encode(),
+        "config.yaml": yaml.safe_dump(run.nested(), sort_keys=False).encode(),
+    }
+    folder = store.stage(run.run_id, rounds, files)
+    tracker.log_rounds(mlflow_run_id, rounds, METRIC_COLUMNS)
+    summary = {key: row[key] for key in ("final_excess_loss", "epsilon", "delta", "wall_s", *THEORY_COLUMNS)}
+    tracker.finish(mlflow_run_id, summary, folder, "FINISHED")
+    store.commit(row, rounds)  # last: this row marks the run done
+    return row
+
+
+def fail_run(planned: PlannedRun, wall_s: float, mlflow_run_id: str, tracker: MlflowTracker,
+             store: ParquetStore) -> None:
+    """Marks a run failed in both sinks; a rerun redoes it."""
+    store.commit({**_row(planned, mlflow_run_id), "status": FAILED, "wall_s": wall_s}, pd.DataFrame())
     try:
-        _, records = engine.execute(job, run["execution.backend"], run["execution.shards"])
-        ledger = _ledger(job, [(r.plan.round, r.plan.first_user, r.plan.stop_user, r.params) for r in records])
-        if ledger.to_dict() != planned.ledger.to_dict():
-            raise RuntimeError("the executed rounds differ from the planned ledger")
-        spent = [ledger.spent_after(r.plan.round) for r in records]
-        rounds = pd.DataFrame({
-            "run_id": run.run_id,
-            "round": [r.plan.round for r in records],
-            "users_in_round": [r.plan.users for r in records],
-            "excess_loss": [r.excess_loss for r in records],
-            "population_loss": [r.population_loss for r in records],
-            "epsilon_spent": [s[0] for s in spent],
-            "delta_spent": [s[1] for s in spent],
-            "wall_s": pd.Series([r.seconds for r in records]).cumsum(),
-        })
-        _finite(rounds, "round metrics")
-        epsilon, delta = ledger.total()
-        row.update(final_excess_loss=records[-1].excess_loss, epsilon=epsilon, delta=delta,
-                   **theory_rates(planned), status=FINISHED, wall_s=time.perf_counter() - began)
-        files = {
-            "ledger.json": json.dumps(ledger.to_dict(), indent=2).encode(),
-            "config.yaml": yaml.safe_dump(run.nested(), sort_keys=False).encode(),
-        }
-        folder = store.stage(run.run_id, rounds, files)
-        tracker.log_rounds(mlflow_run_id, rounds, METRIC_COLUMNS)
-        summary = {key: row[key] for key in ("final_excess_loss", "epsilon", "delta", "wall_s", *THEORY_COLUMNS)}
-        tracker.finish(mlflow_run_id, summary, folder, "FINISHED")
-        # Last: the runs.parquet row is what marks the run done.
-        store.commit(row, rounds)
-        return row
+        tracker.fail(mlflow_run_id)
+    except Exception:  # an unreachable store must not hide the run's own error
+        pass
+
+
+def execute_run(planned: PlannedRun, tracker: MlflowTracker, store: ParquetStore) -> dict:
+    """Executes one planned run in this process and records it.
+
+    Returns:
+      The run's runs.parquet row.
+
+    Raises:
+      Whatever the run raised, after marking it failed in both sinks.
+    """
+    began = time.perf_counter()
+    mlflow_run_id = start_run(planned, tracker)
+    try:
+        run = planned.config
+        _, records = engine.execute(planned.job, run["execution.backend"], run["execution.shards"])
+        return record_run(planned, records, time.perf_counter() - began, mlflow_run_id, tracker, store)
     except BaseException:
-        row.update(status=FAILED, wall_s=time.perf_counter() - began)
-        store.commit(row, pd.DataFrame())
-        try:
-            tracker.fail(mlflow_run_id)
-        except Exception:  # an unreachable store must not hide the run's own error
-            pass
+        fail_run(planned, time.perf_counter() - began, mlflow_run_id, tracker, store)
         raise
+
+
+def _progress(done: int, total: int, failed: int, elapsed: float) -> str:
+    """A text progress bar with an ETA from the mean time per run so far."""
+    width = 24
+    filled = width * done // max(total, 1)
+    eta = elapsed / done * (total - done) if done else float("nan")
+    clock = lambda s: "--:--" if s != s else f"{int(s // 60):02d}:{int(s % 60):02d}"  # noqa: E731
+    return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} ({failed} failed) elapsed {clock(elapsed)} ETA {clock(eta)}"
 
 
 def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridSummary:
     """Plans every run, then executes those not yet finished.
+
+    On the Ray backend the grid's runs execute concurrently on the cluster
+    (each reserves its shards' CPUs); the driver alone records them. An
+    interrupt marks the runs in flight failed, so a rerun redoes them.
 
     Args:
       runs: the expanded config.
@@ -205,6 +256,7 @@ def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridS
 
     Raises:
       ConfigError: bad input, before any run starts or anything is written.
+      KeyboardInterrupt: after marking the runs in flight failed.
     """
     planned = [plan_run(run) for run in runs]
     first = runs[0]
@@ -213,23 +265,46 @@ def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridS
     done = store.completed()
     tracker = MlflowTracker(first["tracking.mlflow_uri"], first["experiment"])
     summary = GridSummary()
-    for index, item in enumerate(planned, 1):
-        run_id = item.config.run_id
-        if run_id in done:
-            summary.skipped.append(run_id)
-            say(f"[{index}/{len(planned)}] {run_id} already finished, skipped")
-            continue
-        try:
-            row = execute_run(item, tracker, store)
-        except Exception as err:  # one failing run does not stop the grid
-            summary.failed.append((run_id, f"{type(err).__name__}: {err}"))
-            say(f"[{index}/{len(planned)}] {run_id} FAILED: {type(err).__name__}: {err}")
-            continue
-        summary.finished.append(row)
-        done.add(run_id)
-        say(f"[{index}/{len(planned)}] {run_id} {item.config['optimizer.name']} n={item.config['n_users']} "
-            f"eps={item.config['privacy.epsilon']:g}: excess loss {row['final_excess_loss']:.4g} "
-            f"in {row['wall_s']:.1f}s")
+    todo = []
+    for item in planned:
+        if item.config.run_id in done:
+            summary.skipped.append(item.config.run_id)
+        else:
+            todo.append(item)
+            done.add(item.config.run_id)  # a repeated run in the grid runs once
+    if summary.skipped:
+        say(f"{len(summary.skipped)} runs already finished, skipped")
+    executor = engine.executor(first["execution.backend"])
+    started: dict[str, tuple[PlannedRun, str, float]] = {}
+    began = time.perf_counter()
+    queue = list(todo)
+    try:
+        while queue or executor.in_flight():
+            while queue and executor.in_flight() < executor.capacity():
+                item = queue.pop(0)
+                started[item.config.run_id] = (item, start_run(item, tracker), time.perf_counter())
+                executor.submit(item.config.run_id, item.job, item.config["execution.shards"])
+            run_id, outcome = executor.next_done()
+            item, mlflow_run_id, run_began = started.pop(run_id)
+            wall_s = time.perf_counter() - run_began
+            try:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                row = record_run(item, outcome[1], wall_s, mlflow_run_id, tracker, store)
+                summary.finished.append(row)
+                note = f"{run_id} {item.config['optimizer.name']} n={item.config['n_users']} " \
+                       f"eps={item.config['privacy.epsilon']:g}: excess loss {row['final_excess_loss']:.4g}"
+            except Exception as err:  # one failing run does not stop the grid
+                fail_run(item, wall_s, mlflow_run_id, tracker, store)
+                summary.failed.append((run_id, f"{type(err).__name__}: {err}"))
+                note = f"{run_id} FAILED: {type(err).__name__}: {err}"
+            completed = len(summary.finished) + len(summary.failed)
+            say(f"{_progress(completed, len(todo), len(summary.failed), time.perf_counter() - began)}  {note}")
+    except BaseException:
+        executor.cancel()
+        for item, mlflow_run_id, run_began in started.values():
+            fail_run(item, time.perf_counter() - run_began, mlflow_run_id, tracker, store)
+        raise
     return summary
 
 

@@ -67,7 +67,7 @@ def test_quickstart_runs_are_in_mlflow_with_params_metrics_and_artifacts(quickst
 def test_rerun_skips_finished_runs_and_redoes_interrupted_ones(quickstart, capsys):
     root, uri, args = quickstart
     assert cli.main(args) == 0
-    assert capsys.readouterr().out.count("already finished, skipped") == 8
+    assert "8 runs: 0 finished, 8 skipped, 0 failed" in capsys.readouterr().out
     # Simulate a driver killed mid-run: its MLflow run left RUNNING, its
     # rounds written, its runs.parquet row not yet.
     runs_path = root / "results" / "runs.parquet"
@@ -78,7 +78,8 @@ def test_rerun_skips_finished_runs_and_redoes_interrupted_ones(quickstart, capsy
     client.update_run(victim["mlflow_run_id"], status="RUNNING")
     assert cli.main(args) == 0
     out = capsys.readouterr().out
-    assert out.count("already finished, skipped") == 7 and "8 runs: 1 finished, 7 skipped, 0 failed" in out
+    assert "7 runs already finished, skipped" in out and "8 runs: 1 finished, 7 skipped, 0 failed" in out
+    assert "ETA" in out
     runs = pd.read_parquet(runs_path)
     rounds = pd.read_parquet(root / "results" / "rounds.parquet")
     assert len(runs) == 8 and runs["run_id"].is_unique

@@ -10,6 +10,41 @@ from pipeline.engine.rounds import RoundRecord
 BACKENDS = ("ray", "local")
 
 
+class LocalExecutor:
+    """Runs jobs one at a time, in process, when the driver asks for the next."""
+
+    def __init__(self):
+        self._queue: list = []
+
+    def capacity(self) -> int:
+        return 1
+
+    def submit(self, key, job: RunJob, shards: int) -> None:
+        self._queue.append((key, job, shards))
+
+    def next_done(self):
+        key, job, shards = self._queue.pop(0)
+        try:
+            return key, execute(job, "local", shards)
+        except Exception as err:  # reported for that run only
+            return key, err
+
+    def in_flight(self) -> int:
+        return len(self._queue)
+
+    def cancel(self) -> None:
+        self._queue.clear()
+
+
+def executor(backend: str):
+    """A LocalExecutor, or a RayExecutor that runs grid points concurrently."""
+    if backend == "ray":
+        from pipeline.engine.ray_pool import RayExecutor
+
+        return RayExecutor()
+    return LocalExecutor()
+
+
 def execute(job: RunJob, backend: str, shards: int) -> tuple[Any, list[RoundRecord]]:
     """Runs a job to completion.
 
@@ -32,4 +67,5 @@ def execute(job: RunJob, backend: str, shards: int) -> tuple[Any, list[RoundReco
         pool.close()
 
 
-__all__ = ["BACKENDS", "EXACT", "LITERAL", "SIMULATIONS", "RoundRecord", "RunJob", "execute"]
+__all__ = ["BACKENDS", "EXACT", "LITERAL", "SIMULATIONS", "LocalExecutor", "RoundRecord", "RunJob",
+           "execute", "executor"]

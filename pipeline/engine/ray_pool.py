@@ -7,6 +7,8 @@ import math
 import os
 
 import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from pipeline.engine.job import RunJob
 from pipeline.engine.pool import ShardPool
@@ -29,7 +31,9 @@ def ensure_ray() -> None:
 
 class RayPool(ShardPool):
     """One actor per shard; each asks for an equal share of the cluster's CPUs
-    (at most one), so any shard count can be scheduled."""
+    (at most one), so any shard count can be scheduled. The shares are
+    reserved together in a placement group: runs sharing a cluster get all
+    their shards or wait, never half of them (which could deadlock)."""
 
     def __init__(self, job: RunJob, shards: int):
         super().__init__(job, shards)
@@ -39,9 +43,14 @@ class RayPool(ShardPool):
         per_actor = math.floor(min(1.0, cpus / len(self.shard_blocks)) * 1e4) / 1e4
         # Held for the pool's lifetime: a restarted actor re-reads it.
         self._job_ref = ray.put(job)
+        self._group = placement_group([{"CPU": per_actor}] * len(self.shard_blocks), strategy="SPREAD")
+        ray.get(self._group.ready())
         self.actors = [
-            ShardActor.options(num_cpus=per_actor).remote(self._job_ref, first, stop)
-            for first, stop in self.shard_blocks
+            ShardActor.options(
+                num_cpus=per_actor,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=index),
+            ).remote(self._job_ref, first, stop)
+            for index, (first, stop) in enumerate(self.shard_blocks)
         ]
         # Wait for every actor to have generated its users, so a failure in
         # data generation surfaces here and rounds time only rounds.
@@ -74,3 +83,46 @@ class RayPool(ShardPool):
     def close(self) -> None:
         for actor in self.actors:
             ray.kill(actor)
+        remove_placement_group(self._group)
+
+
+@ray.remote(num_cpus=0)
+def _execute(job: RunJob, shards: int):
+    """A whole run as one task; its shard actors hold the CPUs."""
+    pool = RayPool(job, shards)
+    try:
+        return pool.run()
+    finally:
+        pool.close()
+
+
+class RayExecutor:
+    """Runs jobs concurrently on the cluster, each as one task."""
+
+    def __init__(self):
+        ensure_ray()
+        self._pending: dict = {}
+
+    def capacity(self) -> int:
+        """How many runs to keep in flight: the cluster's CPUs, at least 2."""
+        return max(2, int(ray.cluster_resources().get("CPU", 1)))
+
+    def submit(self, key, job: RunJob, shards: int) -> None:
+        self._pending[_execute.remote(job, shards)] = key
+
+    def next_done(self):
+        """Waits for a run: (key, (state, records)) or (key, the exception)."""
+        (ref,), _ = ray.wait(list(self._pending), num_returns=1)
+        key = self._pending.pop(ref)
+        try:
+            return key, ray.get(ref)
+        except Exception as err:  # the run's error, reported for that run only
+            return key, getattr(err, "cause", None) or err
+
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def cancel(self) -> None:
+        for ref in self._pending:
+            ray.cancel(ref, force=True)
+        self._pending.clear()
