@@ -41,15 +41,13 @@ class RayPool(ShardPool):
         cpus = ray.cluster_resources().get("CPU", 1.0)
         # Ray resolves fractions to 1e-4; round down so the shares fit the cluster.
         per_actor = math.floor(min(1.0, cpus / len(self.shard_blocks)) * 1e4) / 1e4
-        # Held for the pool's lifetime: a restarted actor re-reads it.
-        self._job_ref = ray.put(job)
         self._group = placement_group([{"CPU": per_actor}] * len(self.shard_blocks), strategy="SPREAD")
         ray.get(self._group.ready())
         self.actors = [
             ShardActor.options(
                 num_cpus=per_actor,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=index),
-            ).remote(self._job_ref, first, stop)
+            ).remote(job, first, stop)  # the job is small: inline, so a restart never loses it
             for index, (first, stop) in enumerate(self.shard_blocks)
         ]
         # Wait for every actor to have generated its users, so a failure in
