@@ -1,0 +1,45 @@
+"""The empirical privacy audit: its lower bound never exceeds the ledger, and
+it does catch a mechanism with too little noise."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+from pipeline import cli
+from pipeline.accounting.paper import pvec_analysis_bound
+from pipeline.audit import audit_pvec
+from pipeline.protocols import CjmpVec
+from pipeline.protocols.cjmp import plan_p1d, plan_pvec
+
+
+def test_p1d_lower_bound_is_below_lemma_3_1():
+    params = plan_p1d(16, 2.0, 15.0, 0.4)  # b_noise = 6: little noise, so the attack gets somewhere
+    found = audit_pvec(params, trials=20_000)
+    # Lemma 3.1: standalone P_1D is (ε(1 + 2/g), δ)-DP in the worst case (notes T12).
+    assert 0.0 < found["epsilon_lower_bound"] <= 15.0 * (1 + 2 / params.g)
+
+
+def test_pvec_lower_bound_is_below_the_paper_ledger():
+    params = plan_pvec(16, 2, 15.0, 0.4, 1.0)
+    bound, _ = pvec_analysis_bound(CjmpVec.event(params, 4096))
+    assert audit_pvec(params, trials=20_000)["epsilon_lower_bound"] <= bound
+
+
+def test_the_audit_catches_a_mechanism_with_too_little_noise():
+    honest = plan_pvec(16, 1, 1.0, 0.1, 1.0)  # the ledger claims ε ≈ 0.34 for this call
+    broken = dataclasses.replace(honest, b_noise=1, p=0.01)  # the same call with nearly noise-free counts
+    found = audit_pvec(broken, trials=20_000)
+    # ln(10000 / ln(40)) ≈ 7.9 is the most 10^4 trials can show at 95%.
+    assert found["epsilon_lower_bound"] > 5.0 > pvec_analysis_bound(CjmpVec.event(honest, 4096))[0]
+
+
+def test_audit_command_reports_both_numbers(tmp_path, capsys):
+    path = tmp_path / "a.yaml"
+    path.write_text("problem: {dim: 2}\nn_users: 64\noptimizer: {name: mean_estimation}\n"
+                    "privacy: {epsilon: 15.0, delta: 0.4}\nexecution: {backend: local}\n")
+    assert cli.main(["audit", str(path), "--trials", "4000"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["audit"]["epsilon_lower_bound"] <= printed["ledger"]["analysis_bound"] <= printed["ledger"]["paper_epsilon"]
+    assert printed["call"]["users"] == 64 and math.isclose(printed["audit"]["confidence"], 0.95)
+    assert cli.main(["audit", str(path), "--trials", "5"]) == 2
