@@ -42,17 +42,22 @@ class RayPool(ShardPool):
         # Ray resolves fractions to 1e-4; round down so the shares fit the cluster.
         per_actor = math.floor(min(1.0, cpus / len(self.shard_blocks)) * 1e4) / 1e4
         self._group = placement_group([{"CPU": per_actor}] * len(self.shard_blocks), strategy="SPREAD")
-        ray.get(self._group.ready())
-        self.actors = [
-            ShardActor.options(
-                num_cpus=per_actor,
-                scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=index),
-            ).remote(job, first, stop)  # the job is small: inline, so a restart never loses it
-            for index, (first, stop) in enumerate(self.shard_blocks)
-        ]
-        # Wait for every actor to have generated its users, so a failure in
-        # data generation surfaces here and rounds time only rounds.
-        ray.get([actor.users.remote() for actor in self.actors])
+        self.actors = []
+        try:
+            ray.get(self._group.ready())
+            self.actors = [
+                ShardActor.options(
+                    num_cpus=per_actor,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=index),
+                ).remote(job, first, stop)  # the job is small: inline, so a restart never loses it
+                for index, (first, stop) in enumerate(self.shard_blocks)
+            ]
+            # Wait for every actor to have generated its users, so a failure in
+            # data generation surfaces here and rounds time only rounds.
+            ray.get([actor.users.remote() for actor in self.actors])
+        except BaseException:
+            self.close()  # release the reservation, or later runs could starve
+            raise
 
     def run_rounds(self, shard, state, start, stop):
         return ray.get(self.actors[shard].run_rounds.remote(state, start, stop))
