@@ -45,9 +45,9 @@ class Field:
     default: Any = None
 
 
-def _integer(minimum: int) -> Callable[[Any], int]:
+def _integer(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
     def parse(value: Any) -> int:
-        rule = f"must be an integer ≥ {minimum}"
+        rule = f"must be an integer ≥ {minimum}" + (f" and ≤ {maximum}" if maximum is not None else "")
         if isinstance(value, bool):
             raise ValueError(rule)
         if isinstance(value, str):
@@ -59,7 +59,7 @@ def _integer(minimum: int) -> Callable[[Any], int]:
             if not (math.isfinite(value) and value.is_integer()):
                 raise ValueError(rule)
             value = int(value)
-        if not isinstance(value, int) or value < minimum:
+        if not isinstance(value, int) or value < minimum or (maximum is not None and value > maximum):
             raise ValueError(rule)
         return value
 
@@ -126,7 +126,7 @@ FIELDS: dict[str, Field] = {
     "privacy.delta": Field(_real(0.0, 0.5, True, True, "seed 000, Theorem 3.2 needs 0 < δ < 1/2"), 1e-6),
     "privacy.accounting": Field(_choice(ACCOUNTING_MODES, AVAILABLE_ACCOUNTING), "paper"),
     "execution.backend": Field(_choice(BACKENDS), "ray"),
-    "execution.shards": Field(_integer(1), 4),
+    "execution.shards": Field(_integer(1, 4096), 4),
     "execution.simulation": Field(_choice(SIMULATIONS), "exact"),
     "execution.block_size": Field(_integer(1), 4096),
     "tracking.mlflow_uri": Field(_mlflow_uri, "sqlite:///mlflow.db"),
@@ -134,7 +134,8 @@ FIELDS: dict[str, Field] = {
 }
 # Fields that do not change a run's results: left out of its config hash.
 NOT_IN_HASH = ("execution.backend", "execution.shards", "tracking.mlflow_uri", "tracking.out")
-NOT_IN_GRID = ("experiment", "tracking.mlflow_uri", "tracking.out")
+# Fields that do not change results cannot vary inside one grid either.
+NOT_IN_GRID = ("experiment", *NOT_IN_HASH)
 TOP_LEVEL_EXTRA = ("seeds", "grid")
 
 
@@ -234,7 +235,8 @@ def _parse_grid(value: Any) -> dict[str, list[Any]]:
     for key, options in value.items():
         if key not in FIELDS or key in NOT_IN_GRID:
             raise ConfigError(f"grid.{key}", options, "unknown grid key; must be a dotted config field "
-                              "such as n_users or privacy.epsilon (not experiment or tracking.*)")
+                              "such as n_users or privacy.epsilon (not experiment, execution.backend, "
+                              "execution.shards or tracking.*)")
         if not isinstance(options, list) or not options:
             raise ConfigError(f"grid.{key}", options, "must be a non-empty list of values")
         grid[key] = [_parse_field(key, option, f"grid.{key}[{i}]") for i, option in enumerate(options)]

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from pipeline.config import FIELDS, NOT_IN_HASH  # noqa: E402
 from pipeline.errors import ConfigError  # noqa: E402
 
 LABEL = ["optimizer.name", "privacy.epsilon"]
@@ -49,8 +50,21 @@ def tracking_of(out: str | Path) -> tuple[str, str]:
     return first["tracking.mlflow_uri"], first["experiment"]
 
 
-def _label(row: pd.Series) -> str:
-    return f"{row['optimizer.name']} ε={row['privacy.epsilon']:g} n={row['n_users']}"
+def _series_keys(runs: pd.DataFrame) -> list[str]:
+    """The config fields that define a series (all but n and result-neutral ones):
+    a fitted slope never mixes dimensions, problems, δ or modes."""
+    return [f for f in FIELDS if f in runs.columns and f not in ("n_users", "experiment", *NOT_IN_HASH)]
+
+
+def _series_name(runs: pd.DataFrame, values: dict) -> str:
+    """optimizer and ε, plus whichever other series field varies in the folder."""
+    varying = [k for k in _series_keys(runs) if k not in LABEL and runs[k].astype(str).nunique() > 1]
+    extra = "".join(f" {k.split('.')[-1]}={values[k]}" for k in varying)
+    return f"{values['optimizer.name']} ε={values['privacy.epsilon']:g}{extra}"
+
+
+def _label(row: pd.Series, runs: pd.DataFrame) -> str:
+    return f"{_series_name(runs, row)} n={row['n_users']}"
 
 
 def _excess_vs_round(runs: pd.DataFrame, rounds: pd.DataFrame, axes) -> None:
@@ -58,7 +72,7 @@ def _excess_vs_round(runs: pd.DataFrame, rounds: pd.DataFrame, axes) -> None:
     firsts = runs.groupby("config_hash").head(1).sort_values(LABEL + ["n_users"])
     for (_, first), color in zip(firsts.iterrows(), plt.cm.tab10.colors * 10):
         curve = merged[merged["config_hash"] == first["config_hash"]].groupby("round")["excess_loss"].mean()
-        axes.plot(curve.index + 1, curve.to_numpy(), color=color, label=_label(first),
+        axes.plot(curve.index + 1, curve.to_numpy(), color=color, label=_label(first, runs),
                   marker="o" if len(curve) == 1 else None)
         if math.isfinite(first["theory_rate"]):
             axes.axhline(first["theory_rate"], color=color, linestyle="--", linewidth=0.8)
@@ -69,14 +83,18 @@ def _excess_vs_round(runs: pd.DataFrame, rounds: pd.DataFrame, axes) -> None:
 
 def _excess_vs_n(runs: pd.DataFrame, axes) -> pd.DataFrame:
     rows = []
-    for (name, epsilon), group in runs.groupby(LABEL):
+    keys = _series_keys(runs)
+    for values, group in runs.groupby(keys, dropna=False):
+        values = dict(zip(keys, values))
         by_n = group.groupby("n_users").agg(loss=("final_excess_loss", "mean"), theory=("theory_rate", "first"))
         measured = fit_slope(by_n.index.to_numpy(), by_n["loss"].to_numpy())
         theoretical = fit_slope(by_n.index.to_numpy(), by_n["theory"].to_numpy())
-        rows.append({"optimizer.name": name, "privacy.epsilon": epsilon, "measured_slope": measured,
+        name = _series_name(runs, values)
+        rows.append({"series": name, "optimizer.name": values["optimizer.name"],
+                     "privacy.epsilon": values["privacy.epsilon"], "measured_slope": measured,
                      "theory_slope": theoretical, "points": len(by_n)})
         line = axes.plot(by_n.index, by_n["loss"], marker="o",
-                         label=f"{name} ε={epsilon:g}: slope {measured:.2f} (theory {theoretical:.2f})")
+                         label=f"{name}: slope {measured:.2f} (theory {theoretical:.2f})")
         axes.plot(by_n.index, by_n["theory"], linestyle="--", color=line[0].get_color(), linewidth=0.8)
     axes.set(xscale="log", yscale="log", xlabel="n (users)", ylabel="final excess loss (mean over seeds)",
              title="Final excess loss vs n (dashed: theory)")
@@ -89,13 +107,14 @@ def _epsilon_vs_round(runs: pd.DataFrame, rounds: pd.DataFrame, axes) -> None:
     for _, run in first_seed.iterrows():
         curve = rounds[rounds["run_id"] == run["run_id"]]
         axes.plot(curve["round"] + 1, curve["epsilon_spent"],
-                  label=f"{_label(run)} ({run['privacy.accounting']})")
+                  label=f"{_label(run, runs)} ({run['privacy.accounting']})")
     axes.set(xscale="log", xlabel="round", ylabel="ε spent", title="Privacy spent per round, by accounting mode")
     axes.legend(fontsize=7)
 
 
 def _compare(runs: pd.DataFrame, axes) -> None:
-    summary = runs.groupby(LABEL + ["n_users"]).agg(
+    keys = _series_keys(runs) + ["n_users"]
+    summary = runs.groupby(keys, dropna=False).agg(
         loss=("final_excess_loss", "mean"), spread=("final_excess_loss", "std"),
         central=("central_rate", "first"), local=("local_rate", "first"), nonprivate=("nonprivate_rate", "first"),
     ).reset_index()
@@ -103,8 +122,7 @@ def _compare(runs: pd.DataFrame, axes) -> None:
     axes.bar(positions, summary["loss"], yerr=summary["spread"].fillna(0.0), color="tab:blue", label="measured")
     for column, marker in (("central", "v"), ("local", "^"), ("nonprivate", "o")):
         axes.scatter(positions, summary[column], marker=marker, zorder=3, label=f"{column} rate")
-    axes.set_xticks(positions, [f"{r['optimizer.name']}\nε={r['privacy.epsilon']:g}\nn={r['n_users']}"
-                                for _, r in summary.iterrows()], fontsize=7)
+    axes.set_xticks(positions, [_label(r, runs).replace(" ", "\n") for _, r in summary.iterrows()], fontsize=7)
     axes.set(yscale="log", ylabel="final excess loss", title="Optimizers compared (error bars: std over seeds)")
     axes.legend(fontsize=7)
 

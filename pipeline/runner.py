@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import time
+from pathlib import Path
 from typing import Callable
 
 import pandas as pd
@@ -140,7 +141,8 @@ def start_run(planned: PlannedRun, tracker: MlflowTracker) -> str:
     hyper = {f"resolved.{k}": v for k, v in job.optimizer.hyperparameters().items()}
     constants = {f"problem.{k}": v for k, v in job.problem.constants().items()}
     name = f"{run['optimizer.name']}-n{run['n_users']}-eps{run['privacy.epsilon']:g}-s{run.seed}"
-    return tracker.start(run.run_id, name, {**run.flat(), **hyper, **constants, "config_hash": run.config_hash})
+    return tracker.start(run.run_id, name, {**run.flat(), **hyper, **constants, "config_hash": run.config_hash},
+                         str(Path(run["tracking.out"]).resolve()))
 
 
 def _row(planned: PlannedRun, mlflow_run_id: str) -> dict:
@@ -285,16 +287,19 @@ def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridS
                 started[item.config.run_id] = (item, start_run(item, tracker), time.perf_counter())
                 executor.submit(item.config.run_id, item.job, item.config["execution.shards"])
             run_id, outcome = executor.next_done()
-            item, mlflow_run_id, run_began = started.pop(run_id)
+            item, mlflow_run_id, run_began = started[run_id]  # in flight until recorded or failed
             wall_s = time.perf_counter() - run_began
             try:
                 if isinstance(outcome, BaseException):
                     raise outcome
-                row = record_run(item, outcome[1], wall_s, mlflow_run_id, tracker, store)
+                _, records, wall_s = outcome
+                row = record_run(item, records, wall_s, mlflow_run_id, tracker, store)
+                del started[run_id]
                 summary.finished.append(row)
                 note = f"{run_id} {item.config['optimizer.name']} n={item.config['n_users']} " \
                        f"eps={item.config['privacy.epsilon']:g}: excess loss {row['final_excess_loss']:.4g}"
             except Exception as err:  # one failing run does not stop the grid
+                del started[run_id]
                 fail_run(item, wall_s, mlflow_run_id, tracker, store)
                 summary.failed.append((run_id, f"{type(err).__name__}: {err}"))
                 note = f"{run_id} FAILED: {type(err).__name__}: {err}"

@@ -6,6 +6,9 @@ import dataclasses
 import json
 import math
 
+import numpy as np
+from scipy import stats
+
 from pipeline import cli
 from pipeline.accounting.paper import pvec_analysis_bound
 from pipeline.audit import audit_pvec
@@ -13,11 +16,32 @@ from pipeline.protocols import CjmpVec
 from pipeline.protocols.cjmp import plan_p1d, plan_pvec
 
 
-def test_p1d_lower_bound_is_below_lemma_3_1():
+def _exact_epsilon(trials: int, p: float, shift: int, delta: float) -> float:
+    """The exact ε(δ) of Bin(trials, p) against Bin(trials, p) + shift: the
+    smallest ε whose hockey-stick divergence, both ways, is at most δ."""
+    support = np.arange(trials + shift + 1)
+    null, moved = stats.binom.pmf(support, trials, p), stats.binom.pmf(support - shift, trials, p)
+
+    def divergence(epsilon):
+        return max(np.maximum(0, moved - math.exp(epsilon) * null).sum(),
+                   np.maximum(0, null - math.exp(epsilon) * moved).sum())
+
+    low, high = 0.0, 60.0
+    for _ in range(80):
+        middle = (low + high) / 2
+        low, high = (low, middle) if divergence(middle) <= delta else (middle, high)
+    return high
+
+
+def test_p1d_lower_bound_is_below_the_exact_epsilon_and_lemma_3_1():
     params = plan_p1d(16, 2.0, 15.0, 0.4)  # b_noise = 6: little noise, so the attack gets somewhere
     found = audit_pvec(params, trials=20_000)
+    # The worst-case neighbours move one user's count by exactly g (0 vs g ones).
+    exact = _exact_epsilon(params.users * params.b_noise, params.p, params.g, params.delta)
     # Lemma 3.1: standalone P_1D is (ε(1 + 2/g), δ)-DP in the worst case (notes T12).
-    assert 0.0 < found["epsilon_lower_bound"] <= 15.0 * (1 + 2 / params.g)
+    assert 0.0 < found["epsilon_lower_bound"] <= exact <= 15.0 * (1 + 2 / params.g)
+    # The attack gets within a factor of the truth, so a ledger under-reporting by more would show.
+    assert found["epsilon_lower_bound"] >= 0.3 * exact, (found["epsilon_lower_bound"], exact)
 
 
 def test_pvec_lower_bound_is_below_the_paper_ledger():

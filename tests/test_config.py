@@ -85,6 +85,8 @@ MALFORMED = [
     (["noequals"], "--set", "key=value"),
     (["tracking.mlflow_uri=http://127.0.0.1:9"], "tracking.mlflow_uri", "not reachable"),
     (["grid.privacy.epsilon=[1, 1.0]"], "grid.privacy.epsilon", "repeats a value"),
+    (["grid.execution.shards=[1, 2]"], "grid.execution.shards", "unknown grid key"),
+    (["execution.shards=5000"], "execution.shards", "≤ 4096"),
     (["problem.radius=1e6", "n_users=100000"], "problem.radius", "above 16777215"),
     (["optimizer.name=full_gd", "privacy.delta=0.4", "n_users=10000"], "privacy.delta", "above the target"),
 ]

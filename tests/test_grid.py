@@ -54,13 +54,16 @@ def test_an_interrupted_grid_resumes_without_duplicates(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     command = [sys.executable, "-m", "pipeline", "run", str(path), "--out", str(tmp_path / "out"),
                "--set", f"tracking.mlflow_uri={uri}"]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-    for line in child.stdout:  # wait until some runs are recorded, then Ctrl-C
-        if " 2/12 " in line:
-            break
-    time.sleep(0.2)
-    child.send_signal(signal.SIGINT)
-    _, err = child.communicate(timeout=120)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # progress lines arrive as they are printed
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=tmp_path, env=env)
+        for line in child.stdout:  # wait until some runs are recorded, then Ctrl-C
+            if " 2/12 " in line:
+                break
+        time.sleep(0.2)
+        child.send_signal(signal.SIGINT)
+        child.communicate(timeout=120)
+    err = (tmp_path / "stderr.txt").read_text()
     assert child.returncode == 130 and "rerun the same command to resume" in err
     partial = pd.read_parquet(tmp_path / "out" / "runs.parquet")
     assert 2 <= (partial["status"] == "finished").sum() < 12

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from pipeline.optimizers import FullGD, MeanEstimation, SeqSGD, theory
@@ -43,3 +44,25 @@ def test_reference_rates_are_ordered():
         shuffle_full = theory.full_gd_rate(PROBLEM, n, 1.0, 1e-6)
         assert nonprivate <= central <= local
         assert central <= shuffle_full  # the shuffle bound carries extra log factors
+
+
+def test_report_fits_one_slope_per_configuration(tmp_path):
+    """Runs that differ in anything but n (here d) are separate series; each
+    exactly ∝ n⁻² must fit −2, not a mixture."""
+    from pipeline.report import build_report
+
+    rows, rounds = [], []
+    for dim in (5, 50):
+        for n in (1_000, 10_000, 100_000):
+            run_id = f"d{dim}-n{n}"
+            rows.append({"run_id": run_id, "status": "finished", "config_hash": run_id, "seed": 0, "n_users": n,
+                         "optimizer.name": "mean_estimation", "privacy.epsilon": 1.0, "privacy.accounting": "paper",
+                         "problem.dim": dim, "final_excess_loss": dim * n**-2.0, "theory_rate": dim * n**-2.0,
+                         "central_rate": 1.0, "local_rate": 1.0, "nonprivate_rate": 1.0})
+            rounds.append({"run_id": run_id, "round": 0, "excess_loss": dim * n**-2.0, "epsilon_spent": 1.0})
+    pd.DataFrame(rows).to_parquet(tmp_path / "runs.parquet")
+    pd.DataFrame(rounds).to_parquet(tmp_path / "rounds.parquet")
+    build_report(tmp_path)
+    slopes = pd.read_csv(tmp_path / "report" / "slopes.csv")
+    assert len(slopes) == 2 and np.allclose(slopes["measured_slope"], -2.0) and np.allclose(slopes["theory_slope"], -2.0)
+    assert sorted(slopes["series"]) == ["mean_estimation ε=1 dim=5", "mean_estimation ε=1 dim=50"]

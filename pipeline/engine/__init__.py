@@ -2,6 +2,7 @@
 layer that imports ray; shared/DESIGN.md §2)."""
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pipeline.engine.job import EXACT, LITERAL, SIMULATIONS, RunJob
@@ -24,8 +25,9 @@ class LocalExecutor:
 
     def next_done(self):
         key, job, shards = self._queue.pop(0)
+        began = time.perf_counter()
         try:
-            return key, execute(job, "local", shards)
+            return key, (*execute(job, "local", shards), time.perf_counter() - began)
         except Exception as err:  # reported for that run only
             return key, err
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
@@ -89,12 +90,18 @@ class RayPool(ShardPool):
         remove_placement_group(self._group)
 
 
-@ray.remote(num_cpus=0)
+@ray.remote(num_cpus=0, max_retries=0)  # a failed run is redone by a rerun, not behind the driver's back
 def _execute(job: RunJob, shards: int):
-    """A whole run as one task; its shard actors hold the CPUs."""
+    """A whole run as one task; its shard actors hold the CPUs.
+
+    Returns:
+      (state, records, seconds), the seconds counted from when the run's
+      shards were placed (queueing behind other runs is not the run's time).
+    """
     pool = RayPool(job, shards)
+    began = time.perf_counter()
     try:
-        return pool.run()
+        return (*pool.run(), time.perf_counter() - began)
     finally:
         pool.close()
 
@@ -114,7 +121,7 @@ class RayExecutor:
         self._pending[_execute.remote(job, shards)] = key
 
     def next_done(self):
-        """Waits for a run: (key, (state, records)) or (key, the exception)."""
+        """Waits for a run: (key, (state, records, seconds)) or (key, the exception)."""
         (ref,), _ = ray.wait(list(self._pending), num_returns=1)
         key = self._pending.pop(ref)
         try:

@@ -24,6 +24,7 @@ MAX_METRIC_STEPS = 500
 # (MLflow's own client retries for minutes).
 SERVER_PROBE_TIMEOUT_S = 5
 RUN_ID_TAG = "run_id"
+FOLDER_TAG = "results_folder"
 REPORT_TAG = "pipeline_report"
 
 
@@ -87,26 +88,29 @@ class MlflowTracker:
             first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ConfigError("tracking.mlflow_uri", uri, f"cannot open the MLflow store ({first_line})") from None
 
-    def start(self, run_id: str, name: str, params: dict[str, object]) -> str:
+    def start(self, run_id: str, name: str, params: dict[str, object], folder: str) -> str:
         """Starts the MLflow run of a pipeline run, deleting stale attempts.
 
         The caller starts only runs that the Parquet store does not hold as
-        finished, so any MLflow run already tagged with `run_id` is an
-        interrupted attempt: it is deleted, keeping one MLflow run per
-        (grid point, seed).
+        finished, so any MLflow run tagged with `run_id` and the same results
+        folder is an interrupted attempt: it is deleted, keeping one MLflow
+        run per (grid point, seed) and folder. Runs recorded for other folders
+        are left alone.
 
         Args:
           run_id: the pipeline run id (tagged, for resume).
           name: the run's display name.
           params: flattened parameters.
+          folder: the resolved results folder the run is recorded in.
 
         Returns:
           The MLflow run id.
         """
         stale = self.client.search_runs([self.experiment_id], filter_string=f"tags.{RUN_ID_TAG} = '{run_id}'")
         for run in stale:
-            self.client.delete_run(run.info.run_id)
-        run = self.client.create_run(self.experiment_id, run_name=name, tags={RUN_ID_TAG: run_id})
+            if run.data.tags.get(FOLDER_TAG) == folder:
+                self.client.delete_run(run.info.run_id)
+        run = self.client.create_run(self.experiment_id, run_name=name, tags={RUN_ID_TAG: run_id, FOLDER_TAG: folder})
         items = [Param(key, str(value)) for key, value in params.items() if value is not None]
         for at in range(0, len(items), PARAMS_PER_BATCH):
             self.client.log_batch(run.info.run_id, params=items[at:at + PARAMS_PER_BATCH])
