@@ -10,8 +10,10 @@ x + Δ₂ with range Δ = 2Δ₂ and labels each message with its coordinate.
 Users' vectors come as arrays of shape (d, users): users along the last axis.
 
 Two encodings with the same distribution of what the analyzer sees:
-  exact:   per block of users, Σ x̂ (one uniform per user and coordinate) and one
-           centred binomial per coordinate for the block's noise bits;
+  exact:   per block of users, Σ x̂ (exact randomized rounding from one random
+           byte per user and coordinate, see _rounded_sum) plus one binomial
+           per coordinate for the block's noise bits, kept as exact integers
+           (PartialCounts) so that blocks and shards add up in any order;
   literal: every labelled bit materialized, to be permuted by a real shuffle.
 """
 from __future__ import annotations
