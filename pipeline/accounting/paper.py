@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import fractions
+import functools
 import math
 
 from pipeline.accounting.events import PvecDpEvent
 
 
+@functools.lru_cache(maxsize=4096)  # events are frozen; runs repeat the same call per round
 def pvec_analysis_bound(event: PvecDpEvent) -> tuple[float, float]:
     """The (ε, δ) the proof of Theorem 3.2 / A.6 establishes for one P_vec call.
 
