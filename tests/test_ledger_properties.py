@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pipeline.accounting import FULLY_INTERACTIVE, SEQUENTIAL, PrivacyLedger
@@ -16,12 +16,16 @@ from pipeline.protocols.cjmp import plan_pvec
 
 epsilons = st.floats(min_value=1e-3, max_value=15.0)
 deltas = st.floats(min_value=1e-12, max_value=0.49)
-MANY = settings(max_examples=1000, deadline=None)
+# Fixed example sequence (derandomized) so that CI sees the same 1000 draws every time.
+MANY = settings(max_examples=1000, deadline=None, derandomize=True, database=None)
 
 
 @MANY
 @given(users=st.integers(1, 10**7), dim=st.integers(1, 1000), epsilon=epsilons, delta=deltas,
        norm_bound=st.floats(min_value=1e-3, max_value=1e3))
+# Found by a random run: b_noise ≈ 1.6e14, where recomputing the threshold in
+# another order moved it past the planner's integer.
+@example(users=1, dim=828, epsilon=0.0078125, delta=0.001, norm_bound=1.0)
 def test_planned_pvec_calls_meet_theorem_3_2(users, dim, epsilon, delta, norm_bound):
     params = plan_pvec(users, dim, epsilon, delta, norm_bound)
     bound, bound_delta = pvec_analysis_bound(CjmpVec.event(params, 4096))  # raises outside the theorem
@@ -53,7 +57,7 @@ def test_full_gd_split_is_monotone_and_within_target(epsilon, delta, rounds):
     assert fewer[0] <= total and fewer[1] <= total_delta
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
 @given(epsilon=epsilons, delta=st.floats(min_value=1e-9, max_value=1e-3), rounds=st.integers(2, 200))
 def test_fully_interactive_ledger_matches_the_formula_round_by_round(epsilon, delta, rounds):
     epsilon0, delta0 = full_gd_round_budget(epsilon, delta, rounds)
