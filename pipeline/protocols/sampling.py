@@ -12,9 +12,10 @@ import numpy as np
 # heavy, at 2^60 the fourth moment is off by 6 standard errors (2e6 draws),
 # while 2^40..2^59 match Binomial(n, p). Stay 16x below the first bad size.
 MAX_TRIALS_PER_DRAW = 2**56
-# Above this many exact draws per coordinate we switch to the normal
-# approximation, which the ledger flags (notes seed-000 T11).
-MAX_EXACT_CHUNKS = 1024
+# Above this many exact draws per coordinate (about 1.2e21 trials, reached
+# only by fully interactive P_GD at n of order 1e7 and beyond) we switch to the
+# normal approximation, which the ledger flags (notes seed-000 T11).
+MAX_EXACT_CHUNKS = 16384
 
 EXACT = "binomial"
 NORMAL_APPROXIMATION = "normal_approximation"
