@@ -17,18 +17,20 @@ from typing import Any, Callable
 
 import yaml
 
+from pipeline.engine import BACKENDS, SIMULATIONS
 from pipeline.errors import ConfigError
+from pipeline.optimizers import OPTIMIZERS
+from pipeline.problems import PROBLEMS
+from pipeline.protocols import PROTOCOLS
 
 SHUFFLE = "shuffle"
 PRIVACY_MODELS = ("shuffle", "central", "local", "none")
 AVAILABLE_PRIVACY_MODELS = (SHUFFLE,)
-PROTOCOL_NAMES = ("cjmp_vec",)
+PROTOCOL_NAMES = tuple(PROTOCOLS)
 ACCOUNTING_MODES = ("paper", "tight")
 AVAILABLE_ACCOUNTING = ("paper",)
-PROBLEM_NAMES = ("quadratic",)
-OPTIMIZER_NAMES = ("mean_estimation", "seq_sgd", "full_gd")
-BACKENDS = ("ray", "local")
-SIMULATIONS = ("exact", "literal")
+PROBLEM_NAMES = tuple(PROBLEMS)
+OPTIMIZER_NAMES = tuple(OPTIMIZERS)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,10 +13,9 @@ import pandas as pd  # noqa: E402
 
 from pipeline.config import FIELDS, NOT_IN_HASH  # noqa: E402
 from pipeline.errors import ConfigError  # noqa: E402
+from pipeline.optimizers.theory import THEORY_COLUMNS  # noqa: E402
 
 LABEL = ["optimizer.name", "privacy.epsilon"]
-# Written by runs since the theory curves exist; older folders lack them.
-THEORY_COLUMNS = ("theory_rate", "central_rate", "local_rate", "nonprivate_rate")
 
 
 def fit_slope(x: np.ndarray, y: np.ndarray) -> float:
@@ -35,7 +34,7 @@ def _read(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     except (OSError, ValueError) as err:
         raise ConfigError("DIR", str(out), f"is not a results folder with runs.parquet and rounds.parquet ({err})") from None
     runs = runs[runs["status"] == "finished"].copy()
-    for column in THEORY_COLUMNS:
+    for column in THEORY_COLUMNS:  # folders written before the rates existed lack them
         if column not in runs:
             runs[column] = math.nan
     if runs.empty:

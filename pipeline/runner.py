@@ -101,9 +101,6 @@ def plan_run(run: RunConfig) -> PlannedRun:
     return PlannedRun(run, job, ledger)
 
 
-THEORY_COLUMNS = ("theory_rate", "central_rate", "local_rate", "nonprivate_rate")
-
-
 def theory_rates(planned: PlannedRun) -> dict[str, float]:
     """The run's theoretical rate and the reference rates at its (n, d, ε, δ)."""
     run, problem = planned.config, planned.job.problem
@@ -197,7 +194,7 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
     }
     folder = store.stage(run.run_id, rounds, files)
     tracker.log_rounds(mlflow_run_id, rounds, METRIC_COLUMNS)
-    summary = {key: row[key] for key in ("final_excess_loss", "epsilon", "delta", "wall_s", *THEORY_COLUMNS)}
+    summary = {key: row[key] for key in ("final_excess_loss", "epsilon", "delta", "wall_s", *theory.THEORY_COLUMNS)}
     tracker.finish(mlflow_run_id, summary, folder, "FINISHED")
     store.commit(row, rounds)  # last: this row marks the run done
     return row

@@ -10,7 +10,8 @@ What is compared to what:
     two-sample KS test per coordinate, and each mode's variance against
     exact_variance; the literal message count against d·(g + b_noise).
   * plan_pvec / plan_p1d against the notes' parameter table and rules.
-  * sampling.centred_binomial against Binomial(trials, p) − trials·p moments,
+  * sampling.binomial_above_floor, centred by its exact mean, against
+    Binomial(trials, p) − trials·p moments,
     also beyond int64.
   * Lemma A.1: the exact hockey-stick divergence of the binomial mechanism
     against the paper's δ.
@@ -366,6 +367,13 @@ def test_plan_p1d_follows_lemma_3_1_rule(users, value_range, epsilon, delta):
 BINOMIAL_DRAWS = 200_000
 
 
+def _centred_binomial(rng, trials, p, size):
+    """Binomial(trials, p) − trials·p from the pipeline's exact-integer draw."""
+    above, floor_total = sampling.binomial_above_floor(rng, trials, p, size)
+    whole, fraction = sampling.split_mean(trials, p)
+    return (above + (floor_total - whole)).astype(np.float64) - fraction
+
+
 def _check_centred_binomial_moments(draws: np.ndarray, trials: int, p: float) -> None:
     k2_unit, k4_unit = _bernoulli_k2_k4(np.float64(p))
     k2, k4 = trials * k2_unit, trials * k4_unit
@@ -385,7 +393,7 @@ def _check_centred_binomial_moments(draws: np.ndarray, trials: int, p: float) ->
 def test_centred_binomial_moments_within_int64(trials, p):
     assert sampling.noise_sampler(trials) == sampling.EXACT
     rng = np.random.default_rng(np.random.SeedSequence([5001, trials.bit_length()]))
-    draws = sampling.centred_binomial(rng, trials, p, BINOMIAL_DRAWS)
+    draws = _centred_binomial(rng, trials, p, BINOMIAL_DRAWS)
     assert draws.shape == (BINOMIAL_DRAWS,)
     _check_centred_binomial_moments(draws, trials, p)
 
@@ -395,11 +403,11 @@ def test_centred_binomial_beyond_int64():
     assert trials > np.iinfo(np.int64).max
     assert sampling.noise_sampler(trials) == sampling.EXACT
     rng = np.random.default_rng(np.random.SeedSequence(5101))
-    draws = sampling.centred_binomial(rng, trials, p, BINOMIAL_DRAWS)
+    draws = _centred_binomial(rng, trials, p, BINOMIAL_DRAWS)
     _check_centred_binomial_moments(draws, trials, p)
     # Centring is exact beyond int64: Binomial(m, 1) − m and Binomial(m, 0) are 0 exactly.
-    np.testing.assert_array_equal(sampling.centred_binomial(rng, trials, 1.0, 5), np.zeros(5))
-    np.testing.assert_array_equal(sampling.centred_binomial(rng, trials, 0.0, 5), np.zeros(5))
+    np.testing.assert_array_equal(_centred_binomial(rng, trials, 1.0, 5), np.zeros(5))
+    np.testing.assert_array_equal(_centred_binomial(rng, trials, 0.0, 5), np.zeros(5))
 
 
 # ---------------------------------------------------------------------------

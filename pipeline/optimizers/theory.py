@@ -10,6 +10,9 @@ import math
 
 from pipeline.problems.base import Problem
 
+# The columns of runs.parquet (and MLflow metrics) that hold these rates.
+THEORY_COLUMNS = ("theory_rate", "central_rate", "local_rate", "nonprivate_rate")
+
 
 def nonprivate_rate(problem: Problem, n: int) -> float:
     """Non-private SCO: DL/√n (convex), L²/(λn) if strongly convex (notes §6)."""

@@ -78,20 +78,3 @@ def binomial_above_floor(rng: np.random.Generator, trials: int, p: float, size: 
         remaining -= chunk
     return above, floor_total
 
-
-def centred_binomial(rng: np.random.Generator, trials: int, p: float, size: int) -> np.ndarray:
-    """Draws Binomial(trials, p) − trials·p, `size` times independently.
-
-    Args:
-      rng: the generator.
-      trials: the number of Bernoulli(p) trials (any non-negative int).
-      p: the success probability.
-      size: how many independent draws.
-
-    Returns:
-      float64 array of shape (size,).
-    """
-    above, floor_total = binomial_above_floor(rng, trials, p, size)
-    whole, fraction = split_mean(trials, p)
-    # Subtract the integer gap exactly, the fraction in float64.
-    return (above + (floor_total - whole)).astype(np.float64) - fraction
