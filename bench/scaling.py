@@ -30,7 +30,7 @@ def _process_rounds(args) -> tuple[float, float]:
     began = time.perf_counter()
     for round_index in range(schedule.rounds):
         plan = schedule.plan(round_index)
-        params = job.protocol.plan(plan.users, DIM, plan.epsilon, plan.delta, plan.norm_bound)
+        params = job.protocol.plan(plan, DIM)
         shard.partial_counts(plan, params, np.zeros(DIM))
     return began, time.perf_counter()
 

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import yaml
 
+from pipeline.accounting.ledger import ACCOUNTING_MODES
 from pipeline.engine import BACKENDS, SIMULATIONS
 from pipeline.errors import ConfigError
 from pipeline.optimizers import OPTIMIZERS
@@ -27,8 +28,6 @@ SHUFFLE = "shuffle"
 PRIVACY_MODELS = ("shuffle", "central", "local", "none")
 AVAILABLE_PRIVACY_MODELS = (SHUFFLE,)
 PROTOCOL_NAMES = tuple(PROTOCOLS)
-ACCOUNTING_MODES = ("paper", "tight")
-AVAILABLE_ACCOUNTING = ("paper",)
 PROBLEM_NAMES = tuple(PROBLEMS)
 OPTIMIZER_NAMES = tuple(OPTIMIZERS)
 
@@ -126,7 +125,7 @@ FIELDS: dict[str, Field] = {
     "privacy.protocol": Field(_choice(PROTOCOL_NAMES), "cjmp_vec"),
     "privacy.epsilon": Field(_real(0.0, 15.0, True, False, "seed 000, Theorem 3.2 needs 0 < ε ≤ 15"), 1.0),
     "privacy.delta": Field(_real(0.0, 0.5, True, True, "seed 000, Theorem 3.2 needs 0 < δ < 1/2"), 1e-6),
-    "privacy.accounting": Field(_choice(ACCOUNTING_MODES, AVAILABLE_ACCOUNTING), "paper"),
+    "privacy.accounting": Field(_choice(ACCOUNTING_MODES), "paper"),
     "execution.backend": Field(_choice(BACKENDS), "ray"),
     "execution.shards": Field(_integer(1, 4096), 4),
     "execution.simulation": Field(_choice(SIMULATIONS), "exact"),

@@ -42,7 +42,8 @@ class PlannedRun:
 def _ledger(job: engine.RunJob, records: list[tuple[int, int, int, object]]) -> PrivacyLedger:
     """A ledger of (round, first user, stop user, protocol params) calls."""
     optimizer, schedule = job.optimizer, job.schedule
-    ledger = PrivacyLedger(schedule.composition, optimizer.epsilon, optimizer.delta, schedule.slack)
+    ledger = PrivacyLedger(schedule.composition, optimizer.epsilon, optimizer.delta, schedule.slack,
+                           job.protocol.accounting)
     for round_index, first, stop, params in records:
         ledger.record(round_index, first, stop, job.protocol.event(params, job.block_size))
     return ledger
@@ -69,15 +70,19 @@ def plan_run(run: RunConfig) -> PlannedRun:
     optimizer = OPTIMIZERS[name].from_config(
         problem, run["n_users"], run["privacy.epsilon"], run["privacy.delta"],
         rounds=run["optimizer.rounds"], batch_size=run["optimizer.batch_size"], step_size=run["optimizer.step_size"],
+        accounting=run["privacy.accounting"],
     )
-    protocol = PROTOCOLS[run["privacy.protocol"]]()
+    protocol = PROTOCOLS[run["privacy.protocol"]](run["privacy.accounting"])
     job = engine.RunJob(problem, optimizer, protocol, run.seed, run["n_users"],
                         run["execution.block_size"], run["execution.simulation"])
     schedule = job.schedule
     planned = []
     for round_index in range(schedule.rounds):
         plan = schedule.plan(round_index)
-        params = protocol.plan(plan.users, problem.dim, plan.epsilon, plan.delta, plan.norm_bound)
+        try:
+            params = protocol.plan(plan, problem.dim)
+        except ValueError as error:
+            raise ConfigError("privacy.accounting", run["privacy.accounting"], f"round {round_index}: {error}") from None
         if params.g > MAX_PRECISION:
             raise ConfigError(
                 "problem.radius", run["problem.radius"],
@@ -95,9 +100,10 @@ def plan_run(run: RunConfig) -> PlannedRun:
     if not ledger.within_target():
         epsilon, delta = ledger.total()
         # Lemma B.6 sizes ε0 with ln(1/δ) but composes with ln((T+1)/δ): at large δ the split overspends.
+        advice = "use a smaller delta" if run["privacy.accounting"] == "paper" else "the calibration could not meet it"
         raise ConfigError("privacy.delta", run["privacy.delta"],
                           f"the planned ledger spends (ε, δ) = ({epsilon:.4g}, {delta:.3g}), above the target "
-                          f"({run['privacy.epsilon']:g}, {run['privacy.delta']:g}); use a smaller delta")
+                          f"({run['privacy.epsilon']:g}, {run['privacy.delta']:g}); {advice}")
     return PlannedRun(run, job, ledger)
 
 

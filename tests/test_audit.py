@@ -7,13 +7,15 @@ import json
 import math
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from pipeline import cli
+from pipeline.accounting import ledger, pvec_tight
 from pipeline.accounting.paper import pvec_analysis_bound
 from pipeline.audit import audit_pvec
 from pipeline.protocols import CjmpVec
-from pipeline.protocols.cjmp import plan_p1d, plan_pvec
+from pipeline.protocols.cjmp import plan_p1d, plan_pvec, plan_pvec_tight
 
 
 def _exact_epsilon(trials: int, p: float, shift: int, delta: float) -> float:
@@ -58,12 +60,22 @@ def test_the_audit_catches_a_mechanism_with_too_little_noise():
     assert found["epsilon_lower_bound"] > 5.0 > pvec_analysis_bound(CjmpVec.event(honest, 4096))[0]
 
 
-def test_audit_command_reports_both_numbers(tmp_path, capsys):
+def test_tight_pvec_lower_bound_is_below_the_tight_ledger():
+    params = plan_pvec_tight(16, 2, 4.0, 0.01, 1.0)
+    claimed = ledger.tight_bound(CjmpVec.event(params, 4096))
+    found = audit_pvec(params, trials=20_000)
+    # The tight noise is far smaller than the paper's, so the attack finds real leakage to bound.
+    assert 0.5 < found["epsilon_lower_bound"] <= pvec_tight.composed_epsilon(claimed, 1, 0.01)[0] <= 4.0
+
+
+@pytest.mark.parametrize("accounting", ["paper", "tight"])
+def test_audit_command_reports_both_numbers(tmp_path, capsys, accounting):
     path = tmp_path / "a.yaml"
     path.write_text("problem: {dim: 2}\nn_users: 64\noptimizer: {name: mean_estimation}\n"
-                    "privacy: {epsilon: 15.0, delta: 0.4}\nexecution: {backend: local}\n")
+                    f"privacy: {{epsilon: 15.0, delta: 0.4, accounting: {accounting}}}\nexecution: {{backend: local}}\n")
     assert cli.main(["audit", str(path), "--trials", "4000"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed["audit"]["epsilon_lower_bound"] <= printed["ledger"]["analysis_bound"] <= printed["ledger"]["paper_epsilon"]
+    assert printed["ledger"]["accounting"] == accounting == printed["call"]["calibration"]
+    assert printed["audit"]["epsilon_lower_bound"] <= printed["ledger"]["epsilon"] <= 15.0
     assert printed["call"]["users"] == 64 and math.isclose(printed["audit"]["confidence"], 0.95)
     assert cli.main(["audit", str(path), "--trials", "5"]) == 2

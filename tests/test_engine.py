@@ -185,7 +185,7 @@ def test_the_driver_receives_only_each_rounds_total_even_with_one_user_blocks(ra
     monkeypatch.setattr(ray_pool.ray, "get", spy_get)
     for round_index in range(3):
         plan = job.schedule.plan(round_index)
-        params = job.protocol.plan(plan.users, PROBLEM.dim, plan.epsilon, plan.delta, plan.norm_bound)
+        params = job.protocol.plan(plan, PROBLEM.dim)
         pool.collect(plan, params, np.zeros(PROBLEM.dim))
     monkeypatch.setattr(ray_pool.ray, "get", real_get)
     pool.close()

@@ -17,6 +17,7 @@ class PvecDpEvent(dp_event.DpEvent):
       norm_bound: Δ₂.
       g, b_noise, p: the P_1D parameters of every coordinate.
       noise_sampler: "binomial" (exact) or "normal_approximation".
+      calibration: the rule that chose g, b_noise, p: "paper" or "tight".
     """
 
     users: int
@@ -28,3 +29,4 @@ class PvecDpEvent(dp_event.DpEvent):
     b_noise: int
     p: float
     noise_sampler: str
+    calibration: str = "paper"

@@ -1,31 +1,61 @@
 """The privacy ledger: every mechanism call of a run, and what they add up to.
 
-Paper mode (this module) composes as seed 000's theorems do:
-  sequential        each user answers in one round only (Algorithm 3, 4, ...);
-                    the transcript is (max_r ε_r, max_r δ_r)-DP (parallel
-                    composition over disjoint batches, proof of Theorem 4.1);
-                    the ledger asserts the batches are disjoint.
-  fully_interactive every round sees every user (Algorithm 5); rounds compose
-                    by advanced composition (Lemma B.6 / Theorem 4.9).
+Two accountants read the same events:
+  paper  Theorem 3.2's analysis bound per call (the call must satisfy its
+         conditions), composed as seed 000's theorems do;
+  tight  the proven δ-approximate RDP bound of pipeline.accounting.pvec_tight
+         per call, composed by adding RDP curves, converted once.
+and two compositions:
+  sequential        each user answers in one round only (Algorithm 3, 4, ...):
+                    parallel composition over disjoint batches (proof of
+                    Theorem 4.1): the worst round; the ledger asserts disjointness.
+  fully_interactive every round sees every user (Algorithm 5): paper mode by
+                    advanced composition (Lemma B.6 / Theorem 4.9), tight mode
+                    by adding the rounds' RDP curves.
+The run's accounting mode decides which total is checked against the target
+and reported; the other is recorded beside it.
 """
 from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
+import math
 
 import attr
 
-from pipeline.accounting import paper
+from pipeline.accounting import paper, pvec_tight
 from pipeline.accounting.events import PvecDpEvent
 
 SEQUENTIAL = "sequential"
 FULLY_INTERACTIVE = "fully_interactive"
 COMPOSITIONS = (SEQUENTIAL, FULLY_INTERACTIVE)
+PAPER, TIGHT = "paper", "tight"
+ACCOUNTING_MODES = (PAPER, TIGHT)
 
 _RULES = {
-    SEQUENTIAL: "parallel composition over disjoint batches (seed 000, proof of Theorem 4.1)",
-    FULLY_INTERACTIVE: "advanced composition, Dwork-Rothblum-Vadhan 2010 (seed 000, Lemma B.6 / Theorem 4.9)",
+    (PAPER, SEQUENTIAL): "parallel composition over disjoint batches (seed 000, proof of Theorem 4.1)",
+    (PAPER, FULLY_INTERACTIVE): "advanced composition, Dwork-Rothblum-Vadhan 2010 (seed 000, Lemma B.6 / Theorem 4.9)",
+    (TIGHT, SEQUENTIAL): "parallel composition over disjoint batches: the worst round's RDP bound, converted",
+    (TIGHT, FULLY_INTERACTIVE): "RDP composition: the rounds' curves added, then converted once",
 }
+_TIGHT_METHOD = ("δ-approximate RDP of the count vector: shifted binomials bounded exactly per coordinate, "
+                 "summed under the worst shift vector (pipeline.accounting.pvec_tight); converted by "
+                 "Canonne-Kamath-Steinke 2020 Prop. 12")
+
+
+def paper_bound(event: PvecDpEvent) -> tuple[float, float] | None:
+    """Theorem 3.2's (ε, δ) for a call, or None when the call is outside its conditions."""
+    try:
+        return paper.pvec_analysis_bound(event)
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def tight_bound(event: PvecDpEvent) -> pvec_tight.PvecRdp:
+    """The proven δ-approximate RDP bound of one call (pipeline.accounting.pvec_tight)."""
+    return pvec_tight.pvec_rdp(event.users, event.dim, event.g, event.b_noise, event.p)
 
 
 class LedgerError(ValueError):
@@ -42,20 +72,25 @@ class _Entry:
 
 
 class PrivacyLedger:
-    """Records a run's P_vec calls and composes them in paper mode.
+    """Records a run's P_vec calls and composes them in both accounting modes.
 
     Args:
       composition: SEQUENTIAL or FULLY_INTERACTIVE.
       epsilon, delta: the run's target.
-      slack: δ' of advanced composition (fully interactive only).
+      slack: δ' of paper-mode advanced composition (fully interactive only).
+      accounting: PAPER or TIGHT, the mode the run is calibrated, checked and reported in.
     """
 
-    def __init__(self, composition: str, epsilon: float, delta: float, slack: float | None = None):
+    def __init__(self, composition: str, epsilon: float, delta: float, slack: float | None = None,
+                 accounting: str = PAPER):
         if composition not in COMPOSITIONS:
             raise ValueError(f"composition {composition!r}: must be one of {COMPOSITIONS}")
+        if accounting not in ACCOUNTING_MODES:
+            raise ValueError(f"accounting {accounting!r}: must be one of {ACCOUNTING_MODES}")
         if composition == FULLY_INTERACTIVE and not (slack and 0.0 < slack < 1.0):
             raise ValueError(f"fully interactive composition needs a slack δ' in (0, 1), got {slack}")
         self.composition = composition
+        self.accounting = accounting
         self.target = (epsilon, delta)
         self.slack = slack
         self._entries: list[_Entry] = []
@@ -79,13 +114,17 @@ class PrivacyLedger:
 
         Raises:
           LedgerError: out-of-order round, overlapping batches in a sequential
-            run, or a call outside Theorem 3.2.
+            run, or (paper mode) a call outside Theorem 3.2.
         """
         if round_index != self._rounds:
             raise LedgerError(f"round {round_index} recorded after {self._rounds} rounds")
         if event.users != stop_user - first_user:
             raise LedgerError(f"round {round_index}: a call over {event.users} users for {stop_user - first_user} users")
-        paper.pvec_analysis_bound(event)  # raises outside the theorem
+        if self.accounting == PAPER:
+            try:
+                paper.pvec_analysis_bound(event)
+            except ValueError as error:
+                raise LedgerError(f"round {round_index}: {error}") from None
         if self.composition == SEQUENTIAL:
             self._claim_users(first_user, stop_user)
         last = self._entries[-1] if self._entries else None
@@ -104,66 +143,96 @@ class PrivacyLedger:
         self._user_starts.insert(at, start)
         self._user_stops.insert(at, stop)
 
-    def spent_after(self, round_index: int) -> tuple[float, float]:
-        """(ε, δ) spent by rounds 0..round_index, by the paper's composition.
+    def _covered(self, round_index: int) -> list[tuple[PvecDpEvent, int]]:
+        """(event, how many of its rounds are ≤ round_index) for the entries that started by then."""
+        return [(e.event, min(e.rounds, round_index + 1 - e.first_round))
+                for e in self._entries if e.first_round <= round_index]
+
+    def spent_after(self, round_index: int, accounting: str | None = None) -> tuple[float, float]:
+        """(ε, δ) spent by rounds 0..round_index.
 
         Args:
           round_index: a recorded round.
+          accounting: PAPER or TIGHT; the run's own mode by default.
 
         Returns:
-          (ε, δ).
+          (ε, δ); ε = inf in paper mode when a call is outside Theorem 3.2.
         """
-        covered = [e for e in self._entries if e.first_round <= round_index]
+        covered = self._covered(round_index)
+        if (accounting or self.accounting) == TIGHT:
+            return self._tight_spent(covered)
+        bounds = [paper_bound(event) for event, _ in covered]
+        if any(bound is None for bound in bounds):
+            return math.inf, max(event.delta for event, _ in covered)
         if self.composition == SEQUENTIAL:
-            return max(e.event.epsilon for e in covered), max(e.event.delta for e in covered)
-        budgets = {(e.event.epsilon, e.event.delta) for e in covered}
+            return max(e.epsilon for e, _ in covered), max(e.delta for e, _ in covered)
+        budgets = {(e.epsilon, e.delta) for e, _ in covered}
         if len(budgets) != 1:
             raise LedgerError("advanced composition here needs one per-round budget; got several")
         epsilon0, delta0 = budgets.pop()
         return paper.advanced_composition(epsilon0, delta0, round_index + 1, self.slack)
 
-    def total(self) -> tuple[float, float]:
-        """(ε, δ) of the whole run so far (0, 0 before any round)."""
-        return self.spent_after(self._rounds - 1) if self._rounds else (0.0, 0.0)
+    def _tight_spent(self, covered: list[tuple[PvecDpEvent, int]]) -> tuple[float, float]:
+        """Tight (ε, δ) at the target δ: the worst round (sequential) or the added curves (fully interactive)."""
+        delta = self.target[1]
+        if self.composition == SEQUENTIAL:
+            return max(pvec_tight.composed_epsilon(tight_bound(e), 1, delta)[0] for e, _ in covered), delta
+        bounds = [(tight_bound(e), count) for e, count in covered]
+        summed = pvec_tight.PvecRdp(pvec_tight.ORDERS, sum(count * b.rdp for b, count in bounds),
+                                    sum(count * b.delta_approx for b, count in bounds))
+        return pvec_tight.composed_epsilon(summed, 1, delta)[0], delta
+
+    def total(self, accounting: str | None = None) -> tuple[float, float]:
+        """(ε, δ) of the whole run so far (0, 0 before any round), in the run's mode unless given."""
+        return self.spent_after(self._rounds - 1, accounting) if self._rounds else (0.0, 0.0)
 
     def within_target(self) -> bool:
-        """Whether the total meets the run's (ε, δ) target."""
+        """Whether the total in the run's mode meets the run's (ε, δ) target."""
         epsilon, delta = self.total()
         return epsilon <= self.target[0] and delta <= self.target[1]
 
     def to_dict(self) -> dict:
-        """The ledger as JSON-ready data (no user ids or ranges)."""
-        epsilon, delta = self.total()
+        """The ledger as JSON-ready data (no user ids or ranges); both modes, the run's first."""
         events = []
         for entry in self._entries:
-            bound_epsilon, bound_delta = paper.pvec_analysis_bound(entry.event)
+            bound = paper_bound(entry.event)
+            tight = tight_bound(entry.event)
+            tight_epsilon, _, order = pvec_tight.composed_epsilon(tight, 1, self.target[1])
             events.append(
                 {
                     "rounds": [entry.first_round, entry.first_round + entry.rounds],
                     "mechanism": "P_vec",
                     "theorem": "seed 000 Theorem 3.2 / A.6",
                     **attr.asdict(entry.event),
-                    "analysis_bound": {"epsilon": bound_epsilon, "delta": bound_delta},
+                    "analysis_bound": (None if bound is None else {"epsilon": bound[0], "delta": bound[1]}),
+                    "tight_bound": {"epsilon": tight_epsilon, "delta": self.target[1], "order": order,
+                                    "delta_approx": tight.delta_approx},
                 }
             )
+        modes = {}
+        for mode in sorted(ACCOUNTING_MODES, key=lambda m: m != self.accounting):
+            epsilon, delta = self.total(mode)
+            modes[mode] = {
+                "epsilon": epsilon if math.isfinite(epsilon) else None,
+                "delta": delta,
+                "rule": _RULES[(mode, self.composition)],
+                **({"method": _TIGHT_METHOD} if mode == TIGHT else {}),
+                **({"slack": self.slack} if mode == PAPER and self.composition == FULLY_INTERACTIVE else {}),
+                **({"not_covered": "a call is outside Theorem 3.2's conditions (tight-calibrated noise)"}
+                   if not math.isfinite(epsilon) else {}),
+                "checks": {
+                    # record() refuses overlapping batches, so this holds when present.
+                    **({"disjoint_batches": True} if self.composition == SEQUENTIAL else {}),
+                    "within_target": epsilon <= self.target[0] and delta <= self.target[1],
+                    "exact_noise_sampler": all(e.event.noise_sampler == "binomial" for e in self._entries),
+                },
+            }
         return {
             "target": {"epsilon": self.target[0], "delta": self.target[1]},
             "composition": self.composition,
+            "accounting_mode": self.accounting,
             "rounds": self._rounds,
             "events": events,
-            "accounting": {
-                "paper": {
-                    "epsilon": epsilon,
-                    "delta": delta,
-                    "rule": _RULES[self.composition],
-                    **({"slack": self.slack} if self.composition == FULLY_INTERACTIVE else {}),
-                    "checks": {
-                        # record() refuses overlapping batches, so this holds when present.
-                        **({"disjoint_batches": True} if self.composition == SEQUENTIAL else {}),
-                        "within_target": self.within_target(),
-                        "exact_noise_sampler": all(e.event.noise_sampler == "binomial" for e in self._entries),
-                    },
-                }
-            },
+            "accounting": modes,
         }
 

@@ -46,7 +46,7 @@ def execute_rounds(job: Any, state: Any, start: int, stop: int, collect: Collect
     for round_index in range(start, stop):
         began = time.perf_counter()
         plan = job.schedule.plan(round_index)
-        params = job.protocol.plan(plan.users, job.problem.dim, plan.epsilon, plan.delta, plan.norm_bound)
+        params = job.protocol.plan(plan, job.problem.dim)
         counts = collect(plan, params, job.optimizer.query(state))
         noisy_sum = job.protocol.decode(params, counts)
         state = job.optimizer.update(state, noisy_sum / plan.users)

@@ -33,6 +33,9 @@ class RoundGroup:
         consecutive batches (sequential), 0 for the same users every round.
       epsilon, delta: each round's protocol budget.
       norm_bound: Δ₂ of each round's inputs.
+      folds: how many calls share this budget by composition: 1 when the budget
+        is each call's own, T when the protocol is calibrated so that T calls
+        over the same users together meet it (tight-mode P_GD).
     """
 
     rounds: int
@@ -42,6 +45,7 @@ class RoundGroup:
     epsilon: float
     delta: float
     norm_bound: float
+    folds: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +59,7 @@ class RoundPlan:
     delta: float
     norm_bound: float
     inputs: str
+    folds: int = 1
 
     @property
     def users(self) -> int:
@@ -103,7 +108,8 @@ class Schedule:
         group = self.groups[at]
         first = group.first_user + (round_index - self._starts[at]) * group.user_stride
         return RoundPlan(
-            round_index, first, first + group.users, group.epsilon, group.delta, group.norm_bound, self.inputs
+            round_index, first, first + group.users, group.epsilon, group.delta, group.norm_bound, self.inputs,
+            group.folds,
         )
 
 

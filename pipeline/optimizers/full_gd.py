@@ -27,6 +27,9 @@ class FullGD(AveragedProjectedDescent):
       epsilon, delta: the run's target.
       rounds: T.
       step_size: η.
+      accounting: "paper" splits (ε, δ) into per-round (ε0, δ0) by Lemma B.6;
+        "tight" calibrates every call so that the T calls' RDP curves, added,
+        meet (ε, δ) (pipeline.accounting.pvec_tight).
     """
 
     problem: Problem
@@ -35,12 +38,13 @@ class FullGD(AveragedProjectedDescent):
     delta: float
     rounds: int
     step_size: float
+    accounting: str = "paper"
     name: ClassVar[str] = "full_gd"
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
-                    step_size: float | None = None) -> "FullGD":
+                    step_size: float | None = None, accounting: str = "paper") -> "FullGD":
         """Resolves Lemma B.6's parameters, honouring overrides.
 
         T = min(n, ⌊ε²n²/(d ln²(nd/δ))⌋) (at least 1); η = D/(L√T). The per-round
@@ -52,15 +56,18 @@ class FullGD(AveragedProjectedDescent):
             rounds = max(1, min(n, math.floor(epsilon**2 * n**2 / (d * math.log(n * d / delta) ** 2))))
         if step_size is None:
             step_size = problem.diameter / (problem.lipschitz * math.sqrt(rounds))
-        return cls(problem, n_users, epsilon, delta, rounds, step_size)
+        return cls(problem, n_users, epsilon, delta, rounds, step_size, accounting)
 
     def round_budget(self) -> tuple[float, float]:
-        """(ε0, δ0) of every round."""
+        """(ε0, δ0) of every round in paper mode; the whole (ε, δ) in tight mode, shared by T calls."""
+        if self.accounting == "tight":
+            return self.epsilon, self.delta
         return full_gd_round_budget(self.epsilon, self.delta, self.rounds)
 
     def schedule(self) -> Schedule:
         epsilon0, delta0 = self.round_budget()
-        group = RoundGroup(self.rounds, self.n_users, 0, 0, epsilon0, delta0, self.problem.lipschitz)
+        folds = self.rounds if self.accounting == "tight" else 1
+        group = RoundGroup(self.rounds, self.n_users, 0, 0, epsilon0, delta0, self.problem.lipschitz, folds)
         return Schedule(FULLY_INTERACTIVE, (group,), slack=split_below(self.delta, self.rounds + 1))
 
     def theory_rate(self) -> float:

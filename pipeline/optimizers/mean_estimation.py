@@ -9,7 +9,7 @@ import numpy as np
 from pipeline.accounting.ledger import SEQUENTIAL
 from pipeline.optimizers import theory
 from pipeline.optimizers.base import DATA, Optimizer, RoundGroup, Schedule
-from pipeline.protocols.cjmp import plan_pvec
+from pipeline.protocols import cjmp
 from pipeline.problems.base import Problem
 
 
@@ -23,20 +23,22 @@ class MeanEstimation(Optimizer):
       problem: the SCO problem.
       n_users: n.
       epsilon, delta: the run's target, spent by the single call.
+      accounting: "paper" or "tight", the rule that calibrates P_vec.
     """
 
     problem: Problem
     n_users: int
     epsilon: float
     delta: float
+    accounting: str = "paper"
     name: ClassVar[str] = "mean_estimation"
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
-                    step_size: float | None = None) -> "MeanEstimation":
+                    step_size: float | None = None, accounting: str = "paper") -> "MeanEstimation":
         """One round over all users; rounds, batch_size and step_size do not apply."""
-        return cls(problem, n_users, epsilon, delta)
+        return cls(problem, n_users, epsilon, delta, accounting)
 
     def schedule(self) -> Schedule:
         group = RoundGroup(1, self.n_users, 0, self.n_users, self.epsilon, self.delta,
@@ -56,7 +58,8 @@ class MeanEstimation(Optimizer):
         return state
 
     def theory_rate(self) -> float:
-        params = plan_pvec(self.n_users, self.problem.dim, self.epsilon, self.delta, self.problem.data_norm_bound)
+        params = cjmp.plan(self.accounting, self.n_users, self.problem.dim, self.epsilon, self.delta,
+                           self.problem.data_norm_bound)
         # Per coordinate: rounding variance ≤ n/4 plus the noise bits' n·b·p(1−p), in units of (Δ/g)².
         per_coordinate = (params.value_range / params.g) ** 2 * (
             params.users / 4 + params.users * params.b_noise * params.p * (1 - params.p))

@@ -39,7 +39,7 @@ class SeqSGD(AveragedProjectedDescent):
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
-                    step_size: float | None = None) -> "SeqSGD":
+                    step_size: float | None = None, accounting: str = "paper") -> "SeqSGD":
         """Resolves Theorem 4.1's parameters, honouring overrides.
 
         B = ⌈√d ln(d/δ)/ε⌉ clamped to [1, n]; T = ⌊n/B⌋. The printed

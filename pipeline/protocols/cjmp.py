@@ -25,6 +25,7 @@ from typing import Iterable
 
 import numpy as np
 
+from pipeline.accounting import pvec_tight
 from pipeline.protocols.sampling import binomial_above_floor, noise_sampler, split_mean
 
 # The exact sampler keeps 256·g in 32 bits (see _rounded_sum).
@@ -46,7 +47,10 @@ class PvecParams:
       g: fixed-point precision of each P_1D.
       b_noise: noise bits per user and coordinate.
       p: Bernoulli probability of each noise bit.
-      epsilon_hat, delta_hat: the per-coordinate P_1D privacy parameters.
+      epsilon_hat, delta_hat: the per-coordinate P_1D privacy parameters
+        (paper calibration only; the tight one bounds the vector as a whole).
+      calibration: the rule that chose g, b_noise and p: "paper" (Theorem 3.2)
+        or "tight" (pipeline.accounting.pvec_tight).
     """
 
     users: int
@@ -57,8 +61,9 @@ class PvecParams:
     g: int
     b_noise: int
     p: float
-    epsilon_hat: float
-    delta_hat: float
+    epsilon_hat: float | None
+    delta_hat: float | None
+    calibration: str = "paper"
 
     @property
     def value_range(self) -> float:
@@ -153,6 +158,48 @@ def plan_pvec(users: int, dim: int, epsilon: float, delta: float, norm_bound: fl
     g = math.ceil(max(2.0 * norm_bound * math.sqrt(users), math.sqrt(dim), 4.0))
     b_noise, p = p1d_noise(g, users, epsilon_hat, delta_hat)
     return PvecParams(users, dim, epsilon, delta, norm_bound, g, b_noise, p, epsilon_hat, delta_hat)
+
+
+@functools.lru_cache(maxsize=4096)
+def plan_pvec_tight(users: int, dim: int, epsilon: float, delta: float, norm_bound: float,
+                    folds: int = 1) -> PvecParams:
+    """P_vec's parameters calibrated with the proven RDP bound of pipeline.accounting.pvec_tight.
+
+    Args:
+      users: n ≥ 1, the users in this call.
+      dim: d ≥ 1.
+      epsilon, delta: the target of `folds` calls together (ε > 0, 0 < δ < 1).
+      norm_bound: Δ₂ > 0 (the scaling trick makes the noise independent of it).
+      folds: calls over the same users that share the target (T for P_GD).
+
+    Returns:
+      The parameters; `epsilon`, `delta` are the target they were calibrated for.
+
+    Raises:
+      ValueError: an argument out of range, or no noise meets the target.
+    """
+    if users < 1 or dim < 1 or not norm_bound > 0.0:
+        raise ValueError(f"P_vec needs users ≥ 1, dim ≥ 1, norm_bound > 0; got {users}, {dim}, {norm_bound}")
+    calibration = pvec_tight.calibrate_pvec(users, dim, epsilon, delta, folds, MAX_PRECISION)
+    return PvecParams(users, dim, epsilon, delta, norm_bound, calibration.g, calibration.b_noise, calibration.p,
+                      None, None, "tight")
+
+
+def plan(accounting: str, users: int, dim: int, epsilon: float, delta: float, norm_bound: float,
+         folds: int = 1) -> PvecParams:
+    """P_vec's parameters under an accounting mode: "paper" (Theorem 3.2) or "tight".
+
+    Raises:
+      ValueError: paper mode with folds ≠ 1 (the paper splits budgets itself), or
+        the planners' own errors.
+    """
+    if accounting == "paper":
+        if folds != 1:
+            raise ValueError(f"paper-mode P_vec plans one call per budget, got folds={folds}")
+        return plan_pvec(users, dim, epsilon, delta, norm_bound)
+    if accounting == "tight":
+        return plan_pvec_tight(users, dim, epsilon, delta, norm_bound, folds)
+    raise ValueError(f"accounting {accounting!r}: must be paper or tight")
 
 
 @dataclasses.dataclass(frozen=True)
