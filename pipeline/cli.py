@@ -1,4 +1,4 @@
-"""Command line: `python -m pipeline run|ledger` (also the `shuffle-sco` script)."""
+"""Command line: `python -m pipeline run|ledger|report|audit|epsilon` (also the `shuffle-sco` script)."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline import config
+from pipeline import calculator, config
 from pipeline.errors import ConfigError
 
 EXIT_OK, EXIT_RUNS_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -29,6 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     ledger = commands.add_parser("ledger", help="print the planned privacy ledger as JSON, without running")
     ledger.add_argument("config", help="the experiment YAML")
     ledger.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    calculator.add_parser(commands)
     return parser
 
 
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = _parser().parse_args(argv)
     try:
-        commands = {"run": _run, "ledger": _ledger, "report": _report, "audit": _audit}
+        commands = {"run": _run, "ledger": _ledger, "report": _report, "audit": _audit, "epsilon": calculator.run}
         return commands[args.command](args)
     except ConfigError as err:
         print(err, file=sys.stderr)
