@@ -27,6 +27,14 @@ The argument, step by step (every step is an inequality, never an estimate):
    data processing). More trials is post-processing too (add an independent
    Bernoulli), so any M ≤ ⌊N/s⌋ trials give an upper bound: we evaluate
    shifts by one on a geometric ladder of M.
+3'. Shift by one on many trials. Split Bin(M, p) further into K pieces of
+   m trials (Km ≤ M) and give the +1 to a uniformly random piece J: the sum
+   has the same law, so D_α(Z + 1 ‖ Z) is at most the divergence of the tuple
+   with a random piece shifted against the unshifted tuple. Its likelihood
+   ratio is the mean S̄ of K independent copies of one piece's ratio L, so at
+   integer α, E[S̄^α] follows exactly from L's central moments (cumulants of S̄
+   are L's divided by K^(j−1)); non-integer α use ⌈α⌉ (D_α grows with α).
+   This keeps every window small whatever the noise variance.
 4. Shift by one, exactly. Bin(M, p) + 1 and Bin(M, p) have different
    supports, so their Rényi divergence is infinite; we use δ-approximate RDP
    (as in Bun–Steinke's approximate zCDP): both are restricted to a window W
@@ -66,7 +74,7 @@ ORDERS = np.array([1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.
                    96.0, 128.0, 256.0])
 WINDOW_SDS = 14.0  # half-width of the window W, in standard deviations of Bin(M, p)
 LADDER_RATIO = 1.08  # shifts s in (s_{k−1}, s_k] use M = ⌊N/s_k⌋ trials
-MAX_PIECE_VARIANCE = 1.0e6  # larger pieces are evaluated at fewer trials (step 3)
+MAX_PIECE_VARIANCE = 2.5e5  # larger shifts by one are split into pieces of this variance (step 3')
 _RELATIVE_MARGIN, _ABSOLUTE_MARGIN = 1e-9, 1e-15
 _LAMBDAS = np.geomspace(1e-4, 1e4, 161)  # multipliers, relative to φ(g)/g²
 
@@ -125,6 +133,93 @@ def shift_by_one(trials: int, p: float) -> tuple[np.ndarray, float]:
     return np.maximum(bound, 0.0) * (1.0 + _RELATIVE_MARGIN) + _ABSOLUTE_MARGIN, float(outside)
 
 
+def _central_moments(trials: int, p: float, step: int) -> tuple[np.ndarray, float]:
+    """Central moments E[(L − 1)^k], k ≤ max order, of the ratio L of Bin(M, p) + step
+    to Bin(M, p), both restricted to a window (step 4), under the restricted Bin(M, p).
+
+    Returns:
+      (moments as longdouble, the larger probability outside the window).
+    """
+    q = 1.0 - p
+    mean, sd = trials * p, math.sqrt(trials * p * q)
+    binom = stats.binom(trials, p)
+    if step == 1:  # R(z) = P(z − 1)/P(z) on W ⊂ [1, M]
+        lo, hi = max(1, math.floor(mean - WINDOW_SDS * sd)), min(trials, math.ceil(mean + WINDOW_SDS * sd))
+        z = np.arange(lo, hi + 1, dtype=np.float64)
+        ratio = (z * q) / ((trials - z + 1.0) * p)
+        outside = max(binom.cdf(lo - 1) + binom.sf(hi), binom.cdf(lo - 2) + binom.sf(hi - 1))
+    else:  # R(z) = P(z + 1)/P(z) on W ⊂ [0, M − 1]
+        lo, hi = max(0, math.floor(mean - WINDOW_SDS * sd)), min(trials - 1, math.ceil(mean + WINDOW_SDS * sd))
+        z = np.arange(lo, hi + 1, dtype=np.float64)
+        ratio = ((trials - z) * p) / ((z + 1.0) * q)
+        outside = max(binom.cdf(lo - 1) + binom.sf(hi), binom.cdf(lo) + binom.sf(hi + 1))
+    weights = binom.pmf(z).astype(np.longdouble)
+    weights /= weights.sum()
+    ratio = ratio.astype(np.longdouble)
+    centred = ratio / np.dot(weights, ratio) - 1.0  # L − 1, E[L] = 1 on the restricted pair
+    moments = np.empty(_SERIES_LENGTH, dtype=np.longdouble)
+    power = np.ones_like(centred)
+    for k in range(_SERIES_LENGTH):
+        moments[k] = np.dot(weights, power)
+        power *= centred
+    moments[1] = 0.0  # exactly, E[L − 1] = 0
+    return moments, float(outside)
+
+
+_SERIES_LENGTH = int(math.ceil(ORDERS.max())) + 1
+_FACTORIALS = np.cumprod(np.concatenate([[1.0], np.arange(1, _SERIES_LENGTH)]).astype(np.longdouble))
+
+
+@functools.lru_cache(maxsize=64)
+def _log_moment_series(trials: int, p: float, step: int) -> tuple[np.ndarray, float]:
+    """Coefficients y_j = κ_j/j! of log E[e^{t(L − 1)}] (the cumulants of L), by the
+    series logarithm (1 + u)y′ = u′, with the window's set-aside mass."""
+    moments, outside = _central_moments(trials, p, step)
+    u = moments / _FACTORIALS
+    u[0] = 0.0
+    y = np.zeros_like(u)
+    for j in range(2, _SERIES_LENGTH):
+        i = np.arange(1, j)
+        y[j] = u[j] - np.dot(i * y[1:j], u[j - 1:0:-1]) / j
+    return y, outside
+
+
+# α!/(α − j)! for every order's ⌈α⌉ (rows) and j (columns), zero for j > ⌈α⌉.
+_FALLING = np.array([np.concatenate([np.cumprod(np.concatenate([[1.0], a - np.arange(a)]).astype(np.longdouble)),
+                                     np.zeros(_SERIES_LENGTH - a - 1, dtype=np.longdouble)])
+                     for a in np.ceil(ORDERS).astype(int)])
+
+
+def split_shift_by_one(piece_trials: int, pieces: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]:
+    """Approximate-RDP bounds of a shift by one on ≥ K·piece_trials trials, for several K (step 3').
+
+    Args:
+      piece_trials: m, the trials of each piece.
+      pieces: the K ≥ 1 to evaluate.
+      p: 0 < p < 1.
+
+    Returns:
+      (bounds of shape (orders, len(pieces)), max of both directions; set-aside masses K·δ_a(piece)).
+    """
+    pieces = np.asarray(pieces, dtype=np.longdouble)
+    bound = np.zeros((ORDERS.size, pieces.size))
+    set_aside = np.zeros(pieces.size)
+    j = np.arange(_SERIES_LENGTH)
+    for step in (1, -1):
+        y, outside = _log_moment_series(piece_trials, p, step)
+        set_aside = np.maximum(set_aside, np.asarray(pieces, dtype=float) * outside)
+        # Cumulants of S̄ − 1 are κ_j(L)/K^(j−1); then E[e^{t(S̄−1)}] = exp(v(t)) = Σ w_j t^j.
+        v = y[None, :] / np.power(pieces[:, None], np.maximum(j - 1, 0).astype(np.longdouble)[None, :])
+        w = np.zeros_like(v)
+        w[:, 0] = 1.0
+        for n in range(1, _SERIES_LENGTH):
+            w[:, n] = (v[:, 1:n + 1] * j[1:n + 1] * w[:, n - 1::-1]).sum(axis=1) / n
+        # E[S̄^α] = Σ_j α!/(α − j)!·w_j; the j ≥ 2 terms are the (small) excess over 1.
+        excess = np.maximum(_FALLING[:, 2:] @ w[:, 2:].T, 0.0)
+        bound = np.maximum(bound, np.log1p(excess).astype(float) / (np.ceil(ORDERS)[:, None] - 1.0))
+    return bound * (1.0 + _RELATIVE_MARGIN) + _ABSOLUTE_MARGIN, np.minimum(1.0, set_aside)
+
+
 def _ladder(max_shift: int) -> np.ndarray:
     """Bucket tops s_k: every shift s ≤ max_shift lies in some (s_{k−1}, s_k]."""
     tops, top = [], 1
@@ -150,10 +245,16 @@ def coordinate_bounds(trials: int, p: float, max_shift: int) -> tuple[np.ndarray
     lows = np.concatenate([[1], tops[:-1] + 1])
     per_unit = np.empty((ORDERS.size, tops.size))
     worst_outside = 0.0
-    cap = max(1, math.floor(MAX_PIECE_VARIANCE / (p * (1.0 - p))))
-    for k, top in enumerate(tops):
-        per_unit[:, k], outside = shift_by_one(min(trials // int(top), cap), p)
+    piece = max(1, math.floor(MAX_PIECE_VARIANCE / (p * (1.0 - p))))
+    unit_trials = trials // tops
+    # Split only into ≥ 64 pieces (dropping < 1/64 of the trials); evaluate smaller ones directly.
+    split = unit_trials >= 64 * piece
+    for k in np.flatnonzero(~split):
+        per_unit[:, k], outside = shift_by_one(int(unit_trials[k]), p)
         worst_outside = max(worst_outside, outside)
+    if split.any():
+        per_unit[:, split], outside = split_shift_by_one(piece, unit_trials[split] // piece, p)
+        worst_outside = max(worst_outside, float(outside.max()))
     return lows, tops, per_unit, worst_outside
 
 
