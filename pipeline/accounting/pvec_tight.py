@@ -246,14 +246,15 @@ def coordinate_bounds(trials: int, p: float, max_shift: int) -> tuple[np.ndarray
     per_unit = np.empty((ORDERS.size, tops.size))
     worst_outside = 0.0
     piece = max(1, math.floor(MAX_PIECE_VARIANCE / (p * (1.0 - p))))
-    unit_trials = trials // tops
+    unit_trials = [trials // int(top) for top in tops]  # Python ints: N may exceed int64
     # Split only into ≥ 64 pieces (dropping < 1/64 of the trials); evaluate smaller ones directly.
-    split = unit_trials >= 64 * piece
+    split = np.array([unit >= 64 * piece for unit in unit_trials])
     for k in np.flatnonzero(~split):
-        per_unit[:, k], outside = shift_by_one(int(unit_trials[k]), p)
+        per_unit[:, k], outside = shift_by_one(unit_trials[k], p)
         worst_outside = max(worst_outside, outside)
     if split.any():
-        per_unit[:, split], outside = split_shift_by_one(piece, unit_trials[split] // piece, p)
+        pieces = np.array([float(unit // piece) for unit, cut in zip(unit_trials, split) if cut])
+        per_unit[:, split], outside = split_shift_by_one(piece, pieces, p)
         worst_outside = max(worst_outside, float(outside.max()))
     return lows, tops, per_unit, worst_outside
 
