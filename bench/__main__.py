@@ -6,9 +6,10 @@ import os
 import platform
 import time
 
-from bench import memory, rounds, scaling, tracking
+from bench import composition, memory, pvec_tight, rounds, scaling, shuffle_gaussian, tracking
 
-BENCHMARKS = {"rounds": rounds.run, "scaling": scaling.run, "tracking": tracking.run, "memory": memory.run}
+BENCHMARKS = {"rounds": rounds.run, "scaling": scaling.run, "tracking": tracking.run, "memory": memory.run,
+              "pvec_tight": pvec_tight.run, "composition": composition.run, "shuffle_gaussian": shuffle_gaussian.run}
 
 
 def main() -> None:
