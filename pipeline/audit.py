@@ -1,5 +1,6 @@
 """`python -m pipeline audit CONFIG`: an empirical lower bound on the ε of the
-protocol a run uses, from a distinguishing attack on worst-case neighbours.
+protocol a run uses, from a distinguishing attack on worst-case neighbours
+(and the same attack on the shuffle Gaussian mechanism of seed 004).
 
 Neighbours: n users all at x = −Δ₂·e₁, against the same with user 1 moved to
 +Δ₂·e₁ (the largest change a user can make, all on one coordinate: label 1's
@@ -17,7 +18,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from pipeline.protocols import cjmp
 
@@ -63,13 +64,46 @@ def audit_pvec(params: cjmp.PvecParams, trials: int = 20_000, alpha: float = 0.0
     """
     null = _statistic(params, False, trials, seed)
     alternative = _statistic(params, True, trials, seed + 1)
-    half = trials // 2
+    return {**_split_audit(null, alternative, params.delta, alpha),
+            "neighbours": "all users at -norm_bound*e1 vs one user moved to +norm_bound*e1"}
+
+
+def _split_audit(null: np.ndarray, alternative: np.ndarray, delta: float, alpha: float) -> dict:
+    """The threshold chosen on the first half of the trials, the bound measured on the second."""
+    half = len(null) // 2
     candidates = np.quantile(np.concatenate([null[:half], alternative[:half]]), np.linspace(0.5, 0.9999, 200))
-    chosen = max(candidates, key=lambda t: _epsilon_lower_bound(null[:half], alternative[:half], t, params.delta, alpha))
+    chosen = max(candidates, key=lambda t: _epsilon_lower_bound(null[:half], alternative[:half], t, delta, alpha))
     return {
-        "epsilon_lower_bound": _epsilon_lower_bound(null[half:], alternative[half:], chosen, params.delta, alpha),
+        "epsilon_lower_bound": _epsilon_lower_bound(null[half:], alternative[half:], chosen, delta, alpha),
         "threshold": float(chosen),
-        "trials_per_neighbour": trials - half,
+        "trials_per_neighbour": len(null) - half,
         "confidence": 1 - alpha,
-        "neighbours": "all users at -norm_bound*e1 vs one user moved to +norm_bound*e1",
     }
+
+
+def audit_shuffle_gaussian(users: int, sigma: float, delta: float, trials: int = 20_000, alpha: float = 0.05,
+                           seed: int = 0) -> dict:
+    """Runs the attack against one round of the shuffle Gaussian mechanism (seed 004, Def. 4).
+
+    Every user releases x_i + N(0, σ²) and the analyzer sees the shuffled multiset.
+    Neighbours: all x_i = 0, against x_1 = 1 (sensitivity 1, Theorem 1's convention).
+    The statistic is the likelihood ratio of the two, Σ_i exp(y_i/σ²) (a symmetric
+    function of the multiset, so the shuffle hides nothing it uses).
+
+    Args:
+      users: n.
+      sigma: σ.
+      delta: the δ at which ε is bounded.
+      trials: runs per neighbour.
+      alpha: 1 − confidence of the bound.
+      seed: the attack's randomness.
+
+    Returns:
+      {epsilon_lower_bound, threshold, trials_per_neighbour, confidence, neighbours}.
+    """
+    rng = np.random.default_rng(np.random.SeedSequence([seed, users]))
+    outputs = rng.normal(0.0, sigma, size=(2, trials, users))
+    outputs[1, :, 0] += 1.0
+    statistic = special.logsumexp(outputs / sigma**2, axis=2)
+    return {**_split_audit(statistic[0], statistic[1], delta, alpha),
+            "neighbours": "all users at 0 vs one user at 1"}

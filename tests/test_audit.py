@@ -13,7 +13,7 @@ from scipy import stats
 from pipeline import cli
 from pipeline.accounting import ledger, pvec_tight
 from pipeline.accounting.paper import pvec_analysis_bound
-from pipeline.audit import audit_pvec
+from pipeline.audit import audit_pvec, audit_shuffle_gaussian
 from pipeline.protocols import CjmpVec
 from pipeline.protocols.cjmp import plan_p1d, plan_pvec, plan_pvec_tight
 
@@ -79,3 +79,14 @@ def test_audit_command_reports_both_numbers(tmp_path, capsys, accounting):
     assert printed["audit"]["epsilon_lower_bound"] <= printed["ledger"]["epsilon"] <= 15.0
     assert printed["call"]["users"] == 64 and math.isclose(printed["audit"]["confidence"], 0.95)
     assert cli.main(["audit", str(path), "--trials", "5"]) == 2
+
+
+@pytest.mark.parametrize("users,sigma", [(2, 0.5), (10, 0.5)])
+def test_shuffle_gaussian_lower_bound_is_below_its_accountant(users, sigma):
+    from pipeline.accounting.shuffle_gaussian import shuffle_gaussian_epsilon
+
+    delta = 1e-3
+    claimed = shuffle_gaussian_epsilon(users, sigma, delta, lambda_max=256)["epsilon"]
+    found = audit_shuffle_gaussian(users, sigma, delta, trials=20_000)["epsilon_lower_bound"]
+    # Sound, and the attack finds a real share of it (more users: more amplification, a weaker attack).
+    assert 0.25 * claimed <= found <= claimed, (found, claimed)
