@@ -64,7 +64,7 @@ def _ledger(args: argparse.Namespace) -> int:
     from pipeline import runner
 
     runs = config.expand(config.read_config(args.config, args.overrides))
-    print(json.dumps(runner.planned_ledgers(runs), indent=2))
+    print(json.dumps(runner.planned_ledgers(runs), indent=2, ensure_ascii=False))
     return EXIT_OK
 
 

@@ -74,6 +74,8 @@ class FullGD(AveragedProjectedDescent):
         return theory.full_gd_rate(self.problem, self.n_users, self.epsilon, self.delta)
 
     def hyperparameters(self) -> dict[str, float | int]:
+        if self.accounting == "tight":  # no per-round budget: the T calls are calibrated together
+            return {"rounds": self.rounds, "step_size": self.step_size}
         epsilon0, delta0 = self.round_budget()
         return {"rounds": self.rounds, "step_size": self.step_size,
                 "round_epsilon": epsilon0, "round_delta": delta0}
