@@ -20,7 +20,7 @@ import yaml
 from pipeline.accounting.ledger import ACCOUNTING_MODES
 from pipeline.engine import BACKENDS, SIMULATIONS
 from pipeline.errors import ConfigError
-from pipeline.optimizers import OPTIMIZERS
+from pipeline.optimizers import OPTIMIZERS, PARAMETER_MODES
 from pipeline.problems import PROBLEMS
 from pipeline.protocols import PROTOCOLS
 
@@ -121,6 +121,7 @@ FIELDS: dict[str, Field] = {
     "optimizer.rounds": Field(_integer(1)),
     "optimizer.batch_size": Field(_integer(1)),
     "optimizer.step_size": Field(_real(0.0, math.inf, True, True)),
+    "optimizer.parameters": Field(_choice(PARAMETER_MODES), "paper"),
     "privacy.model": Field(_choice(PRIVACY_MODELS, AVAILABLE_PRIVACY_MODELS), SHUFFLE),
     "privacy.protocol": Field(_choice(PROTOCOL_NAMES), "cjmp_vec"),
     "privacy.epsilon": Field(_real(0.0, 15.0, True, False, "seed 000, Theorem 3.2 needs 0 < ε ≤ 15"), 1.0),

@@ -27,6 +27,7 @@ METRIC_COLUMNS = ("excess_loss", "epsilon_spent")
 _NOT_APPLICABLE = {
     "mean_estimation": ("optimizer.rounds", "optimizer.batch_size", "optimizer.step_size"),
     "full_gd": ("optimizer.batch_size",),
+    "seq_agd": ("optimizer.step_size",),  # AC-SA's steps follow its L_t schedule
 }
 
 
@@ -70,7 +71,7 @@ def plan_run(run: RunConfig) -> PlannedRun:
     optimizer = OPTIMIZERS[name].from_config(
         problem, run["n_users"], run["privacy.epsilon"], run["privacy.delta"],
         rounds=run["optimizer.rounds"], batch_size=run["optimizer.batch_size"], step_size=run["optimizer.step_size"],
-        accounting=run["privacy.accounting"],
+        accounting=run["privacy.accounting"], parameters=run["optimizer.parameters"],
     )
     protocol = PROTOCOLS[run["privacy.protocol"]](run["privacy.accounting"])
     job = engine.RunJob(problem, optimizer, protocol, run.seed, run["n_users"],

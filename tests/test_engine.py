@@ -7,7 +7,7 @@ import pytest
 
 from pipeline import engine
 from pipeline.engine.local import LocalPool
-from pipeline.optimizers import FullGD, MeanEstimation, SeqSGD
+from pipeline.optimizers import FullGD, MeanEstimation, SeqAGD, SeqSGD
 from pipeline.problems import Quadratic
 from pipeline.protocols import CjmpVec
 from pipeline.protocols.cjmp import ShuffledCounts
@@ -15,8 +15,8 @@ from pipeline.protocols.cjmp import ShuffledCounts
 PROBLEM = Quadratic(dim=3, radius=1.0)
 
 
-def _job(optimizer, n, simulation="exact", block_size=128, seed=7):
-    return engine.RunJob(PROBLEM, optimizer, CjmpVec(), seed, n, block_size, simulation)
+def _job(optimizer, n, simulation="exact", block_size=128, seed=7, accounting="paper"):
+    return engine.RunJob(PROBLEM, optimizer, CjmpVec(accounting), seed, n, block_size, simulation)
 
 
 def _jobs():
@@ -26,6 +26,9 @@ def _jobs():
         # Batches of 37 straddle blocks of 128 and shard boundaries.
         "seq_sgd": _job(SeqSGD.from_config(PROBLEM, n, 2.0, 1e-5, batch_size=37), n),
         "full_gd": _job(FullGD.from_config(PROBLEM, n, 2.0, 1e-5, rounds=12), n),
+        # Tight-calibrated P_vec and AC-SA's extrapolated queries.
+        "seq_agd": _job(SeqAGD.from_config(PROBLEM, n, 2.0, 1e-5, batch_size=53, accounting="tight",
+                                           parameters="calibrated"), n, accounting="tight"),
     }
 
 
@@ -34,7 +37,7 @@ def _trace(job, backend, shards):
     return np.array([r.excess_loss for r in records]), job.optimizer.output(state)
 
 
-@pytest.mark.parametrize("name", ["mean_estimation", "seq_sgd", "full_gd"])
+@pytest.mark.parametrize("name", ["mean_estimation", "seq_sgd", "full_gd", "seq_agd"])
 def test_bit_identical_for_any_shards_and_local_vs_ray(ray_session, name):
     job = _jobs()[name]
     reference_losses, reference_theta = _trace(job, "local", 1)

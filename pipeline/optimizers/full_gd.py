@@ -11,6 +11,7 @@ from pipeline.optimizers import theory
 from pipeline.optimizers.averaged import AveragedProjectedDescent
 from pipeline.optimizers.base import RoundGroup, Schedule
 from pipeline.problems.base import Problem
+from pipeline.protocols import cjmp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,18 +45,27 @@ class FullGD(AveragedProjectedDescent):
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
-                    step_size: float | None = None, accounting: str = "paper") -> "FullGD":
+                    step_size: float | None = None, accounting: str = "paper",
+                    parameters: str = "paper") -> "FullGD":
         """Resolves Lemma B.6's parameters, honouring overrides.
 
-        T = min(n, ⌊ε²n²/(d ln²(nd/δ))⌋) (at least 1); η = D/(L√T). The per-round
-        budget always follows the T actually run, so an override of T keeps
+        T = min(n, ⌊ε²n²/(d ln²(nd/δ))⌋) (at least 1); η = D/(L√T) in paper mode,
+        and in calibrated mode η = D/(√T·√(L² + σ²)) with σ² the planned calls' noise on
+        the mean gradient (the minimizer of Lemma B.4's D²/(2ηT) + η(L² + σ²)/2). The
+        per-round budget always follows the T actually run, so an override of T keeps
         the run (ε, δ)-DP. `batch_size` does not apply (every user, every round).
         """
         n, d = n_users, problem.dim
         if rounds is None:
             rounds = max(1, min(n, math.floor(epsilon**2 * n**2 / (d * math.log(n * d / delta) ** 2))))
         if step_size is None:
-            step_size = problem.diameter / (problem.lipschitz * math.sqrt(rounds))
+            lipschitz_g = problem.lipschitz
+            if parameters == "calibrated":
+                budget, folds = ((epsilon, delta), rounds) if accounting == "tight" else (
+                    full_gd_round_budget(epsilon, delta, rounds), 1)
+                noise = cjmp.mean_mse(accounting, n, d, *budget, problem.lipschitz, folds)
+                lipschitz_g = math.sqrt(problem.lipschitz**2 + noise)
+            step_size = problem.diameter / (lipschitz_g * math.sqrt(rounds))
         return cls(problem, n_users, epsilon, delta, rounds, step_size, accounting)
 
     def round_budget(self) -> tuple[float, float]:

@@ -36,8 +36,10 @@ class MeanEstimation(Optimizer):
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
-                    step_size: float | None = None, accounting: str = "paper") -> "MeanEstimation":
-        """One round over all users; rounds, batch_size and step_size do not apply."""
+                    step_size: float | None = None, accounting: str = "paper",
+                    parameters: str = "paper") -> "MeanEstimation":
+        """One round over all users; rounds, batch_size and step_size do not apply, and
+        there is nothing for `parameters` to calibrate."""
         return cls(problem, n_users, epsilon, delta, accounting)
 
     def schedule(self) -> Schedule:
@@ -60,10 +62,7 @@ class MeanEstimation(Optimizer):
     def theory_rate(self) -> float:
         params = cjmp.plan(self.accounting, self.n_users, self.problem.dim, self.epsilon, self.delta,
                            self.problem.data_norm_bound)
-        # Per coordinate: rounding variance ≤ n/4 plus the noise bits' n·b·p(1−p), in units of (Δ/g)².
-        per_coordinate = (params.value_range / params.g) ** 2 * (
-            params.users / 4 + params.users * params.b_noise * params.p * (1 - params.p))
-        return theory.mean_estimation_rate(self.problem, self.n_users, self.problem.dim * per_coordinate)
+        return theory.mean_estimation_rate(self.problem, self.n_users, cjmp.mse_bound(params))
 
     def hyperparameters(self) -> dict[str, float | int]:
         return {"rounds": 1, "batch_size": self.n_users}

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+
+import numpy as np
 from typing import ClassVar
 
 from pipeline.accounting.ledger import SEQUENTIAL
@@ -11,6 +13,7 @@ from pipeline.optimizers import theory
 from pipeline.optimizers.averaged import AveragedProjectedDescent
 from pipeline.optimizers.base import RoundGroup, Schedule
 from pipeline.problems.base import Problem
+from pipeline.protocols import cjmp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,21 +42,34 @@ class SeqSGD(AveragedProjectedDescent):
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
-                    step_size: float | None = None, accounting: str = "paper") -> "SeqSGD":
+                    step_size: float | None = None, accounting: str = "paper",
+                    parameters: str = "paper") -> "SeqSGD":
         """Resolves Theorem 4.1's parameters, honouring overrides.
 
-        B = ⌈√d ln(d/δ)/ε⌉ clamped to [1, n]; T = ⌊n/B⌋. The printed
+        Paper mode: B = ⌈√d ln(d/δ)/ε⌉ clamped to [1, n]; T = ⌊n/B⌋. The printed
         η = εBD/(L√T(εB + √d L ln(d/δ))) has an extra L (notes T7); we use its
         intended form η = D/(L_G√T) with L_G = L(1 + √d ln(d/δ)/(εB)), which
-        equals the printed one at L = 1.
+        equals the printed one at L = 1. Calibrated mode: L_G² = L² + (the planned
+        P_vec call's MSE)/B², the bound of Lemma 4.2 with its own constants, and
+        the B that minimizes Lemma 4.2's D·L_G/√T.
 
         Raises:
           ConfigError: rounds × batch_size > n (a user would answer twice).
         """
         d = problem.dim
         log_term = math.sqrt(d) * math.log(d / delta)
-        if batch_size is None:
+
+        def lipschitz_g(size: int) -> float:
+            if parameters == "paper":
+                return problem.lipschitz * (1.0 + log_term / (epsilon * size))
+            noise = cjmp.mean_mse(accounting, size, d, epsilon, delta, problem.lipschitz)
+            return math.sqrt(problem.lipschitz**2 + noise)
+
+        if batch_size is None and parameters == "paper":
             batch_size = min(max(1, math.ceil(log_term / epsilon)), n_users)
+        elif batch_size is None:
+            candidates = sorted({max(1, round(size)) for size in np.geomspace(1, n_users, 60)})
+            batch_size = min(candidates, key=lambda size: lipschitz_g(size) / math.sqrt(n_users // size))
         elif batch_size > n_users:
             raise ConfigError("optimizer.batch_size", batch_size, f"must be ≤ n_users = {n_users}")
         if rounds is None:
@@ -65,8 +81,7 @@ class SeqSGD(AveragedProjectedDescent):
                 "each user answers once (seed 000, Theorem 4.1)",
             )
         if step_size is None:
-            lipschitz_g = problem.lipschitz * (1.0 + log_term / (epsilon * batch_size))
-            step_size = problem.diameter / (lipschitz_g * math.sqrt(rounds))
+            step_size = problem.diameter / (lipschitz_g(batch_size) * math.sqrt(rounds))
         return cls(problem, n_users, epsilon, delta, batch_size, rounds, step_size)
 
     def schedule(self) -> Schedule:

@@ -42,6 +42,14 @@ def seq_sgd_rate(problem: Problem, n: int, epsilon: float, delta: float) -> floa
     return d**0.25 * problem.diameter * problem.lipschitz * math.sqrt(math.log(d / delta) / (epsilon * n))
 
 
+def seq_agd_rate(problem: Problem, n: int, epsilon: float, delta: float) -> float:
+    """Theorem 4.3 of seed 000: DL/√n + d^{2/5} β^{1/5} D^{6/5} L^{4/5} ln^{4/5}(d/δ)/(εn)^{4/5}."""
+    d, diameter, lipschitz = problem.dim, problem.diameter, problem.lipschitz
+    return diameter * lipschitz / math.sqrt(n) + (
+        d**0.4 * problem.smoothness**0.2 * diameter**1.2 * lipschitz**0.8 * math.log(d / delta) ** 0.8
+        / (epsilon * n) ** 0.8)
+
+
 def full_gd_rate(problem: Problem, n: int, epsilon: float, delta: float) -> float:
     """Theorem 4.9 / Lemma B.6 of seed 000: DL(1/√n + √d ln^{3/2}(d/δ)/(εn))."""
     d = problem.dim

@@ -469,6 +469,20 @@ def exact_variance(params: PvecParams, vectors: np.ndarray) -> np.ndarray:
     return (params.value_range / params.g) ** 2 * (rounding + noise)
 
 
+def mse_bound(params: PvecParams) -> float:
+    """E‖P_vec(X) − Σ x_i‖² for any inputs (notes seed-000 §4.2, exact up to the rounding term):
+    d·(Δ/g)²·(n/4 + n·b_noise·p(1 − p)), rounding variance bounded by 1/4 per user and coordinate."""
+    noise = params.users * params.b_noise * params.p * (1.0 - params.p)
+    return params.dim * (params.value_range / params.g) ** 2 * (params.users / 4.0 + noise)
+
+
+def mean_mse(accounting: str, users: int, dim: int, epsilon: float, delta: float, norm_bound: float,
+             folds: int = 1) -> float:
+    """E‖P_vec(X)/n − mean(X)‖² of the call `plan` makes: the noise a round's mean
+    estimate adds, which calibrated optimizer parameters use (notes T7)."""
+    return mse_bound(plan(accounting, users, dim, epsilon, delta, norm_bound, folds)) / users**2
+
+
 def literal_messages(params: PvecParams) -> int:
     """Messages a literal-mode call materializes: n·d·(g + b_noise)."""
     return params.users * params.messages_per_user

@@ -1,0 +1,151 @@
+"""P_AGD: sequentially interactive private AC-SA (seed 000, Algorithm 4, Theorem 4.3)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar, NamedTuple
+
+import numpy as np
+
+from pipeline.accounting.ledger import SEQUENTIAL
+from pipeline.errors import ConfigError
+from pipeline.optimizers import theory
+from pipeline.optimizers.base import Optimizer, RoundGroup, Schedule
+from pipeline.problems.base import Problem
+from pipeline.protocols import cjmp
+
+PAPER, CALIBRATED = "paper", "calibrated"
+PARAMETER_MODES = (PAPER, CALIBRATED)
+
+
+class AcsaState(NamedTuple):
+    """θ_t, θ^ag_t and t (rounds start at t = 1)."""
+
+    theta: np.ndarray
+    theta_ag: np.ndarray
+    t: int
+
+
+def oracle_std(problem: Problem, batch_size: int, n_users: int, epsilon: float, delta: float,
+               accounting: str, parameters: str) -> float:
+    """σ, the noisy gradient's standard deviation: σ² = L²/B + (protocol MSE)/B².
+
+    Paper mode takes the MSE as d L² ln²(d/δ)/ε² (proof of Theorem 4.3, O-constants
+    dropped); calibrated mode takes the planned P_vec call's MSE bound (notes §4.2).
+    """
+    d, lipschitz = problem.dim, problem.lipschitz
+    if parameters == PAPER:
+        noise = d * lipschitz**2 * math.log(d / delta) ** 2 / (epsilon * batch_size) ** 2
+    else:
+        noise = cjmp.mean_mse(accounting, batch_size, d, epsilon, delta, lipschitz)
+    return math.sqrt(lipschitz**2 / batch_size + noise)
+
+
+@dataclasses.dataclass(frozen=True)
+class SeqAGD(Optimizer):
+    """AC-SA (Lan 2012) on T disjoint batches of B users, each batch's gradient
+    mean estimated by one P_vec call at the full (ε, δ) (parallel composition).
+
+    Round t (1-based): α_t = 2/(t+2), θ^md_t = α_t θ_t + (1 − α_t) θ^ag_t is the
+    query; θ_{t+1} = π_Θ(θ_t − ḡ_t/L_t); θ^ag_{t+1} = α_t θ_{t+1} + (1 − α_t) θ^ag_t;
+    the output is θ^ag_{T+1} (Theorem 4.3 prints θ^ag_{t+1}: notes T16).
+    L_t = ((T+2)^{3/2} σ/D + β)/(t+1) as printed (paper mode). Lan's Corollary 1
+    has step sizes (t+1)/2·min(1/(4β), √6 D/(σ(T+2)^{3/2})), which the paper's
+    O-form drops; calibrated mode uses L_t = 2(4β + σ(T+2)^{3/2}/(√6 D))/(t+1).
+
+    Attributes:
+      problem: a β-smooth problem.
+      n_users: n.
+      epsilon, delta: the run's target, spent by every batch.
+      batch_size: B.
+      rounds: T ≤ n/B.
+      sigma: σ of the noisy gradient (oracle_std).
+      accounting: "paper" or "tight" (how P_vec is calibrated).
+      parameters: "paper" (the theorem's formulas) or "calibrated" (exact protocol variance, Lan's constants).
+    """
+
+    problem: Problem
+    n_users: int
+    epsilon: float
+    delta: float
+    batch_size: int
+    rounds: int
+    sigma: float
+    accounting: str = "paper"
+    parameters: str = PAPER
+    name: ClassVar[str] = "seq_agd"
+
+    @classmethod
+    def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
+                    rounds: int | None = None, batch_size: int | None = None,
+                    step_size: float | None = None, accounting: str = "paper",
+                    parameters: str = PAPER) -> "SeqAGD":
+        """Resolves Theorem 4.3's parameters, honouring overrides.
+
+        Paper mode: B = n^{3/5} d^{1/5} L^{2/5} ln^{2/5}(d/δ)/(ε^{2/5} β^{2/5} D^{2/5}),
+        rounded up and clamped to [1, n] (notes T17). Calibrated mode: the B that
+        minimizes Lemma 4.4's βD²/T² + Dσ(B)/√T with T = ⌊n/B⌋ and the protocol's
+        exact σ(B). T = ⌊n/B⌋.
+
+        Raises:
+          ConfigError: a non-smooth problem, or rounds × batch_size > n.
+        """
+        if not math.isfinite(problem.smoothness):
+            raise ConfigError("optimizer.name", cls.name, f"needs a smooth loss (Theorem 4.3); {problem.name} is not")
+        d, lipschitz, beta, diameter = problem.dim, problem.lipschitz, problem.smoothness, problem.diameter
+        if batch_size is None:
+            if parameters == PAPER:
+                batch_size = math.ceil(n_users**0.6 * d**0.2 * (lipschitz * math.log(d / delta)) ** 0.4
+                                       / (epsilon * beta * diameter) ** 0.4)
+            else:
+                def bound(size: int) -> float:
+                    steps = n_users // size
+                    sigma = oracle_std(problem, size, n_users, epsilon, delta, accounting, parameters)
+                    return beta * diameter**2 / steps**2 + diameter * sigma / math.sqrt(steps)
+                candidates = sorted({max(1, round(size)) for size in np.geomspace(1, n_users, 60)})
+                batch_size = min(candidates, key=bound)
+            batch_size = min(max(1, batch_size), n_users)
+        elif batch_size > n_users:
+            raise ConfigError("optimizer.batch_size", batch_size, f"must be ≤ n_users = {n_users}")
+        if rounds is None:
+            rounds = n_users // batch_size
+        elif rounds * batch_size > n_users:
+            raise ConfigError("optimizer.rounds", rounds,
+                              f"rounds × batch_size ({batch_size}) must be ≤ n_users = {n_users}: "
+                              "each user answers once (seed 000, Theorem 4.3)")
+        sigma = oracle_std(problem, batch_size, n_users, epsilon, delta, accounting, parameters)
+        return cls(problem, n_users, epsilon, delta, batch_size, rounds, sigma, accounting, parameters)
+
+    def schedule(self) -> Schedule:
+        group = RoundGroup(self.rounds, self.batch_size, 0, self.batch_size,
+                           self.epsilon, self.delta, self.problem.lipschitz)
+        return Schedule(SEQUENTIAL, (group,))
+
+    def curvature(self, t: int) -> float:
+        """L_t of round t (1-based): the inverse step size."""
+        growth = (self.rounds + 2) ** 1.5 * self.sigma / self.problem.diameter
+        if self.parameters == PAPER:
+            return (growth + self.problem.smoothness) / (t + 1)
+        return 2.0 * (4.0 * self.problem.smoothness + growth / math.sqrt(6.0)) / (t + 1)
+
+    def init(self) -> AcsaState:
+        zero = np.zeros(self.problem.dim)
+        return AcsaState(zero, zero.copy(), 1)
+
+    def query(self, state: AcsaState) -> np.ndarray:
+        alpha = 2.0 / (state.t + 2)
+        return alpha * state.theta + (1.0 - alpha) * state.theta_ag
+
+    def update(self, state: AcsaState, noisy_mean: np.ndarray) -> AcsaState:
+        alpha = 2.0 / (state.t + 2)
+        theta = self.problem.project(state.theta - noisy_mean / self.curvature(state.t))
+        return AcsaState(theta, alpha * theta + (1.0 - alpha) * state.theta_ag, state.t + 1)
+
+    def output(self, state: AcsaState) -> np.ndarray:
+        return state.theta_ag
+
+    def theory_rate(self) -> float:
+        return theory.seq_agd_rate(self.problem, self.n_users, self.epsilon, self.delta)
+
+    def hyperparameters(self) -> dict[str, float | int]:
+        return {"batch_size": self.batch_size, "rounds": self.rounds, "sigma": self.sigma}

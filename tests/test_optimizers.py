@@ -1,0 +1,70 @@
+"""Optimizers against their explicit bounds: AC-SA without noise at Lan's
+deterministic rate, P_SGD's Lemma 4.2 bound in expectation over seeds, and the
+calibrated parameter mode's choices."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pipeline import engine
+from pipeline.errors import ConfigError
+from pipeline.optimizers import SeqAGD, SeqSGD
+from pipeline.problems import Quadratic
+from pipeline.protocols import CjmpVec, cjmp
+
+
+@pytest.mark.parametrize("dim", [1, 5, 20])
+@pytest.mark.parametrize("rounds", [2, 5, 10, 50])
+def test_acsa_without_noise_meets_lans_deterministic_rate(dim, rounds):
+    problem = Quadratic(dim=dim, radius=1.0)
+    optimizer = SeqAGD(problem, 10**6, 1.0, 1e-6, 1, rounds, 0.0, parameters="calibrated")
+    state = optimizer.init()
+    for _ in range(rounds):  # the exact population gradient θ − μ: no sampling, no protocol noise
+        state = optimizer.update(state, optimizer.query(state) - problem.optimum)
+    # Lan 2012, Corollary 1 with σ = 0 and γ = 1/(4β): F(θ^ag) − F* ≤ 4β·(D²/2)/(T(T+1)).
+    assert problem.excess_loss(optimizer.output(state)) <= 2 * problem.smoothness * problem.diameter**2 / (
+        rounds * (rounds + 1))
+
+
+@pytest.mark.parametrize("accounting", ["paper", "tight"])
+def test_sgd_meets_lemma_4_2_in_expectation(accounting):
+    problem, n, epsilon, delta = Quadratic(dim=2, radius=1.0), 4000, 4.0, 1e-5
+    optimizer = SeqSGD.from_config(problem, n, epsilon, delta, accounting=accounting, parameters="calibrated")
+    job = engine.RunJob(problem, optimizer, CjmpVec(accounting), 0, n, 4096)
+    losses = []
+    for seed in range(24):
+        state, _ = engine.execute(engine.RunJob(problem, optimizer, CjmpVec(accounting), seed, n, 4096), "local", 1)
+        losses.append(problem.excess_loss(optimizer.output(state)))
+    # Lemma 4.2 (Bubeck): E F(θ̄) − F* ≤ D²/(2ηT) + η L_G²/2, with E‖ḡ‖² ≤ L² + MSE/B² = L_G².
+    lipschitz_g2 = problem.lipschitz**2 + cjmp.mean_mse(accounting, optimizer.batch_size, 2, epsilon, delta,
+                                                        problem.lipschitz)
+    eta, rounds = optimizer.step_size, optimizer.rounds
+    bound = problem.diameter**2 / (2 * eta * rounds) + eta * lipschitz_g2 / 2
+    mean, standard_error = np.mean(losses), np.std(losses, ddof=1) / math.sqrt(len(losses))
+    assert mean - 5 * standard_error <= bound
+    assert job.schedule.rounds == rounds
+
+
+def test_calibrated_batch_minimizes_the_explicit_bound():
+    problem, n = Quadratic(dim=5, radius=1.0), 100_000
+    chosen = SeqSGD.from_config(problem, n, 1.0, 1e-6, accounting="tight", parameters="calibrated")
+
+    def bound(size):  # Lemma 4.2 at its best η: D·L_G/√T
+        noise = cjmp.mean_mse("tight", size, 5, 1.0, 1e-6, problem.lipschitz)
+        return problem.diameter * math.sqrt(problem.lipschitz**2 + noise) / math.sqrt(n // size)
+
+    assert all(bound(chosen.batch_size) <= bound(size) for size in (1, 5, 20, 100, 1000, 10_000))
+    paper = SeqSGD.from_config(problem, n, 1.0, 1e-6)
+    assert bound(chosen.batch_size) < bound(paper.batch_size)
+
+
+def test_seq_agd_needs_a_smooth_loss_and_disjoint_batches():
+    problem = Quadratic(dim=3, radius=1.0)
+    with pytest.raises(ConfigError, match="optimizer.rounds"):
+        SeqAGD.from_config(problem, 1000, 1.0, 1e-6, rounds=11, batch_size=100)
+    agd = SeqAGD.from_config(problem, 1000, 1.0, 1e-6)
+    assert agd.rounds * agd.batch_size <= 1000 and agd.schedule().composition == "sequential"
+    # Paper mode takes the step sizes as printed; L_t decreases in t (notes T16).
+    assert agd.curvature(1) > agd.curvature(2) > agd.curvature(agd.rounds)
