@@ -55,6 +55,22 @@ class Problem(abc.ABC):
           float64 array of shape (dim, count).
         """
 
+    def prox(self, theta: np.ndarray, data: np.ndarray, step: float) -> np.ndarray:
+        """Per-user proximal points argmin_{θ'∈ℝ^d} ℓ(θ', x_i) + ‖θ' − θ‖²/(2·step).
+
+        Args:
+          theta: the point, shape (dim,).
+          data: the users' points, shape (dim, count).
+          step: the prox step > 0.
+
+        Returns:
+          float64 array of shape (dim, count).
+
+        Raises:
+          NotImplementedError: the problem has no closed-form prox.
+        """
+        raise NotImplementedError(f"{self.name} has no closed-form prox")
+
     @abc.abstractmethod
     def project(self, theta: np.ndarray) -> np.ndarray:
         """Euclidean projection π_Θ onto the domain."""

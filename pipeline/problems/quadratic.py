@@ -70,6 +70,10 @@ class Quadratic(Problem):
     def gradients(self, theta: np.ndarray, data: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         return np.subtract(theta[:, None], data, out=out)
 
+    def prox(self, theta: np.ndarray, data: np.ndarray, step: float) -> np.ndarray:
+        # argmin ½‖θ' − x‖² + ‖θ' − θ‖²/(2s) = (θ + s·x)/(1 + s).
+        return (theta[:, None] + step * data) / (1.0 + step)
+
     def project(self, theta: np.ndarray) -> np.ndarray:
         norm = float(np.linalg.norm(theta))
         return theta if norm <= self.radius else theta * (self.radius / norm)
