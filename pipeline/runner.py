@@ -28,6 +28,7 @@ _NOT_APPLICABLE = {
     "mean_estimation": ("optimizer.rounds", "optimizer.batch_size", "optimizer.step_size"),
     "full_gd": ("optimizer.batch_size",),
     "seq_agd": ("optimizer.step_size",),  # AC-SA's steps follow its L_t schedule
+    "seq_agd_smoothed": ("optimizer.step_size",),
 }
 
 
@@ -74,7 +75,8 @@ def plan_run(run: RunConfig) -> PlannedRun:
         accounting=run["privacy.accounting"], parameters=run["optimizer.parameters"],
     )
     protocol = PROTOCOLS[run["privacy.protocol"]](run["privacy.accounting"])
-    job = engine.RunJob(problem, optimizer, protocol, run.seed, run["n_users"],
+    # Smoothed optimizers run on their problem's Moreau envelope (optimizer.problem).
+    job = engine.RunJob(optimizer.problem, optimizer, protocol, run.seed, run["n_users"],
                         run["execution.block_size"], run["execution.simulation"])
     schedule = job.schedule
     planned = []
@@ -110,7 +112,7 @@ def plan_run(run: RunConfig) -> PlannedRun:
 
 def theory_rates(planned: PlannedRun) -> dict[str, float]:
     """The run's theoretical rate and the reference rates at its (n, d, ε, δ)."""
-    run, problem = planned.config, planned.job.problem
+    run, problem = planned.config, planned.job.problem.unsmoothed
     n, epsilon = run["n_users"], run["privacy.epsilon"]
     return {
         "theory_rate": planned.job.optimizer.theory_rate(),

@@ -4,10 +4,10 @@ from __future__ import annotations
 from pipeline.optimizers.base import DATA, GRADIENTS, Optimizer, RoundGroup, RoundPlan, Schedule
 from pipeline.optimizers.full_gd import FullGD
 from pipeline.optimizers.mean_estimation import MeanEstimation
-from pipeline.optimizers.seq_agd import PARAMETER_MODES, SeqAGD
+from pipeline.optimizers.seq_agd import PARAMETER_MODES, SeqAGD, SeqAGDSmoothed
 from pipeline.optimizers.seq_sgd import SeqSGD
 
-OPTIMIZERS = {cls.name: cls for cls in (MeanEstimation, SeqSGD, SeqAGD, FullGD)}
+OPTIMIZERS = {cls.name: cls for cls in (MeanEstimation, SeqSGD, SeqAGD, SeqAGDSmoothed, FullGD)}
 
 __all__ = ["DATA", "GRADIENTS", "OPTIMIZERS", "PARAMETER_MODES", "FullGD", "MeanEstimation", "Optimizer",
-           "RoundGroup", "RoundPlan", "Schedule", "SeqAGD", "SeqSGD"]
+           "RoundGroup", "RoundPlan", "Schedule", "SeqAGD", "SeqAGDSmoothed", "SeqSGD"]

@@ -50,6 +50,13 @@ def seq_agd_rate(problem: Problem, n: int, epsilon: float, delta: float) -> floa
         / (epsilon * n) ** 0.8)
 
 
+def seq_agd_smoothed_rate(problem: Problem, n: int, epsilon: float, delta: float) -> float:
+    """Theorem 4.7 of seed 000: DL/√n + d^{1/3} D L ln^{2/3}(d/δ)/(εn)^{2/3} (L of the loss itself)."""
+    d, diameter, lipschitz = problem.dim, problem.diameter, problem.unsmoothed.lipschitz
+    return diameter * lipschitz / math.sqrt(n) + (
+        d ** (1 / 3) * diameter * lipschitz * math.log(d / delta) ** (2 / 3) / (epsilon * n) ** (2 / 3))
+
+
 def full_gd_rate(problem: Problem, n: int, epsilon: float, delta: float) -> float:
     """Theorem 4.9 / Lemma B.6 of seed 000: DL(1/√n + √d ln^{3/2}(d/δ)/(εn))."""
     d = problem.dim

@@ -88,6 +88,11 @@ class Problem(abc.ABC):
         """Excess population loss F(θ) − F(θ*)."""
         return self.population_loss(theta) - self.population_loss(self.optimum)
 
+    @property
+    def unsmoothed(self) -> "Problem":
+        """The problem whose loss runs are measured on: itself, unless this is a smoothed stand-in."""
+        return self
+
     def constants(self) -> dict[str, float]:
         """The declared constants, for logging."""
         return {
