@@ -11,8 +11,8 @@ import ray
 
 from bench.timing import best_times
 from pipeline.engine import RunJob
-from pipeline.engine.shard import Shard
 from pipeline.engine.ray_pool import RayPool
+from pipeline.engine.shard import Shard
 from pipeline.optimizers import FullGD, SeqSGD
 from pipeline.problems import Quadratic
 from pipeline.protocols import CjmpVec

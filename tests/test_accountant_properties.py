@@ -46,10 +46,10 @@ def _log_uniform_int(low: int, high: int):
     return st.floats(math.log(low), math.log(high + 1)).map(lambda x: min(high, max(low, int(math.exp(x)))))
 
 
-# A few dozen Rényi orders: the RDP curves of shuffle_ldp cost ~60 µs per order, so the full
-# DEFAULT_ORDERS (260 orders, ~22 ms a curve) is kept for the test that runs fewer draws.
-# Any subset of orders gives a valid (larger or equal) converted ε.
-COMPACT_ORDERS = np.concatenate([np.arange(2.0, 17.0), [20, 24, 32, 48, 64, 96, 128, 192, 256, 512, 1024]])
+# A handful of Rényi orders: UB1 costs ~100 µs per order, so the full DEFAULT_ORDERS (260
+# orders, ~22 ms a curve) is kept for the test that runs fewer draws. Any subset of orders
+# gives a valid (larger or equal) converted ε, so the properties stay true, only less tight.
+COMPACT_ORDERS = np.array([2.0, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 128, 256])
 
 
 # =========================================================================== shuffle_ldp
@@ -88,7 +88,7 @@ def test_shuffle_ldp_curves_exact_lower_below_every_upper_bound_below_the_ldp_cu
 
 @MANY
 @given(n=_log_uniform_int(1, 10**5), eps0=st.floats(0.01, 6.0), log10_delta=st.floats(-10.0, -2.0),
-       rounds=st.integers(1, 8), more=st.integers(0, 10**4))
+       rounds=st.integers(1, 6), more=st.integers(0, 10**4))
 def test_shuffle_ldp_composed_rdp_is_monotone_in_rounds_and_above_the_true_lower_bound(
         n, eps0, log10_delta, rounds, more):
     delta = 10.0**log10_delta
@@ -107,9 +107,9 @@ def test_shuffle_ldp_composed_rdp_is_monotone_in_rounds_and_above_the_true_lower
 
 
 # The full accountant (`shuffle_ldp_epsilon(bound="rdp")`, 260 orders) costs ~22 ms and the
-# FMT22 PLD ~5-15 ms even at a coarse grid: 150 draws keep this test near 6 s. The 1000-draw
+# FMT22 PLD ~5-15 ms even at a coarse grid: 100 draws keep this test near 4 s. The 1000-draw
 # test above checks the same ordering on the compact grid.
-@_settings(150)
+@_settings(100)
 @given(n=_log_uniform_int(1, 10**5), eps0=st.floats(0.05, 5.0), log10_delta=st.floats(-10.0, -3.0),
        rounds=st.integers(1, 4))
 def test_shuffle_ldp_accountants_at_full_resolution_never_below_the_true_lower_bound(n, eps0, log10_delta, rounds):
@@ -231,12 +231,14 @@ def test_pnsgd_calibrated_epsilon_meets_its_target_and_is_monotone(problem, n, s
 
 
 # The per-epoch privacy profile is turned into a PLD (4000 grid points) and composed: ~25 ms a
-# call, two per draw, so 120 draws (~6 s).
-@_settings(120)
-@given(problem=pnsgd_problems, n=_log_uniform_int(1, 10**6), sigma=_log_uniform(0.5, 20.0),
+# call at moderate ε (more when ε is in the hundreds: the noise is drawn relative to L so that
+# the per-step ratio 2L/σ stays ≤ 3), two per draw, so 100 draws (~5 s).
+@_settings(100)
+@given(problem=pnsgd_problems, n=_log_uniform_int(1, 10**6), ratio=_log_uniform(0.05, 3.0),
        log10_delta=st.floats(-10.0, -3.0), epochs=st.integers(2, 6), more=st.integers(1, 6))
-def test_pnsgd_pld_composition_is_monotone_in_epochs_and_below_basic(problem, n, sigma, log10_delta, epochs, more):
+def test_pnsgd_pld_composition_is_monotone_in_epochs_and_below_basic(problem, n, ratio, log10_delta, epochs, more):
     delta, grid = 10.0**log10_delta, 1e-3
+    sigma = 2.0 * problem["lipschitz"] / ratio
 
     def result(e):
         return pnsgd.pnsgd_epsilon(n, sigma, delta, epochs=e, pld_discretization=grid, **problem)
@@ -247,10 +249,17 @@ def test_pnsgd_pld_composition_is_monotone_in_epochs_and_below_basic(problem, n,
     # same δ (composition only adds loss). Violated by composing fewer epochs than asked.
     assert fewer["epsilon"] <= fewer["basic_composition_epsilon"]
     assert single <= fewer["epsilon"] + 1e-9 * max(1.0, single)
-    # Monotone in epochs up to the PLD's pessimistic rounding (≤ one grid step per epoch: the
-    # E-epoch value may be overstated by E·grid, the larger one is never understated).
-    # Violated by self_compose(1) or a profile read at ε/E.
-    assert fewer["epsilon"] <= larger["epsilon"] + epochs * grid, (fewer["epsilon"], larger["epsilon"])
+    # Monotone in epochs up to the PLD's pessimistic discretization. Both values are upper
+    # bounds; the larger count is never understated, and the E-epoch one is overstated by at most
+    # E·(loss grid + spacing of the ε grid the profile is sampled on): the profile PMF is the
+    # Connect-the-Dots PMF of those points, dominated by rounding each epoch's loss up to the next
+    # point. Violated by composing a different number of epochs than asked (self_compose(1)), or
+    # by a profile read at ε/E.
+    setting = pnsgd._setting(n, sigma, problem["lipschitz"], problem["step_size"], problem["diameter"],
+                             problem["smoothness"], problem["strong_convexity"], problem["noise"], "fixed",
+                             "shuffled", None, None, None, None)
+    spacing = float(pnsgd._profile_grid(setting, delta * 1e-6 / epochs)[0][1])
+    assert fewer["epsilon"] <= larger["epsilon"] + epochs * (grid + spacing), (fewer["epsilon"], larger["epsilon"])
 
 
 # =========================================================================== Gaussian: exact μ-GDP

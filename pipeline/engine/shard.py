@@ -13,7 +13,6 @@ from pipeline.engine.rounds import RoundRecord, execute_rounds
 from pipeline.optimizers.base import DATA, RoundPlan
 from pipeline.protocols.cjmp import PartialCounts, PvecParams, RoundingWorkspace
 
-
 # Users per chunk: about 2^16 user-coordinates, so a chunk's buffers stay in
 # cache. Depends on d only, so the random draws do not depend on the sharding.
 CHUNK_ELEMENTS = 1 << 16

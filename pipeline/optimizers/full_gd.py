@@ -11,6 +11,7 @@ from pipeline.optimizers import theory
 from pipeline.optimizers.averaged import AveragedProjectedDescent
 from pipeline.optimizers.base import RoundGroup, Schedule
 from pipeline.problems.base import Problem
+from pipeline.problems.smoothed import MoreauSmoothed, require_prox
 from pipeline.protocols import cjmp
 
 
@@ -89,3 +90,31 @@ class FullGD(AveragedProjectedDescent):
         epsilon0, delta0 = self.round_budget()
         return {"rounds": self.rounds, "step_size": self.step_size,
                 "round_epsilon": epsilon0, "round_delta": delta0}
+
+
+@dataclasses.dataclass(frozen=True)
+class FullGDSmoothed(FullGD):
+    """Theorem 4.9 (non-smooth convex): P_GD on the Moreau envelope ℓ_β, with
+    β = (L/D)·min(√n, εn/(√d ln^{3/2}(nd/δ))); users send envelope gradients through
+    P_vec with Δ₂ = 2L (pipeline.problems.smoothed), the excess loss is measured on ℓ.
+    """
+
+    name: ClassVar[str] = "full_gd_smoothed"
+
+    @classmethod
+    def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
+                    rounds: int | None = None, batch_size: int | None = None,
+                    step_size: float | None = None, accounting: str = "paper",
+                    parameters: str = "paper") -> "FullGDSmoothed":
+        """Smooths the problem with Theorem 4.9's β, then resolves Lemma B.6's parameters on it.
+
+        Raises:
+          ConfigError: the problem has no closed-form prox.
+        """
+        require_prox(problem, cls.name)
+        n, d = n_users, problem.dim
+        beta = problem.lipschitz / problem.diameter * min(
+            math.sqrt(n), epsilon * n / (math.sqrt(d) * math.log(n * d / delta) ** 1.5))
+        inner = FullGD.from_config(MoreauSmoothed(problem, beta), n_users, epsilon, delta, rounds, batch_size,
+                                   step_size, accounting, parameters)
+        return cls(**{field.name: getattr(inner, field.name) for field in dataclasses.fields(FullGD)})

@@ -9,8 +9,8 @@ import numpy as np
 from pipeline.accounting.ledger import SEQUENTIAL
 from pipeline.optimizers import theory
 from pipeline.optimizers.base import DATA, Optimizer, RoundGroup, Schedule
-from pipeline.protocols import cjmp
 from pipeline.problems.base import Problem
+from pipeline.protocols import cjmp
 
 
 @dataclasses.dataclass(frozen=True)

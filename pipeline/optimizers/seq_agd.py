@@ -12,7 +12,7 @@ from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.base import Optimizer, RoundGroup, Schedule
 from pipeline.problems.base import Problem
-from pipeline.problems.smoothed import MoreauSmoothed
+from pipeline.problems.smoothed import MoreauSmoothed, require_prox
 from pipeline.protocols import cjmp
 
 PAPER, CALIBRATED = "paper", "calibrated"
@@ -182,11 +182,7 @@ class SeqAGDSmoothed(SeqAGD):
         Raises:
           ConfigError: the problem has no closed-form prox, or the overrides break Theorem 4.3's rules.
         """
-        try:
-            problem.prox(np.zeros(problem.dim), np.zeros((problem.dim, 1)), 1.0)
-        except NotImplementedError:
-            raise ConfigError("optimizer.name", cls.name,
-                              f"needs a closed-form prox; problem {problem.name} has none") from None
+        require_prox(problem, cls.name)
         paper_beta = smoothing_parameter(problem, n_users, epsilon, delta)
         if parameters == PAPER:
             betas = [paper_beta]

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import numpy as np
-from typing import ClassVar
 
 from pipeline.accounting.ledger import SEQUENTIAL
 from pipeline.errors import ConfigError

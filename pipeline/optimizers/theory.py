@@ -58,9 +58,9 @@ def seq_agd_smoothed_rate(problem: Problem, n: int, epsilon: float, delta: float
 
 
 def full_gd_rate(problem: Problem, n: int, epsilon: float, delta: float) -> float:
-    """Theorem 4.9 / Lemma B.6 of seed 000: DL(1/√n + √d ln^{3/2}(d/δ)/(εn))."""
+    """Theorem 4.9 / Lemma B.6 of seed 000: DL(1/√n + √d ln^{3/2}(d/δ)/(εn)), L of the loss itself."""
     d = problem.dim
-    return problem.diameter * problem.lipschitz * (
+    return problem.diameter * problem.unsmoothed.lipschitz * (
         1 / math.sqrt(n) + math.sqrt(d) * math.log(d / delta) ** 1.5 / (epsilon * n))
 
 

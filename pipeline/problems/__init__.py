@@ -1,8 +1,11 @@
 """SCO problems: losses, gradients, domains and exact population optima."""
+from pipeline.problems.absolute import Absolute
 from pipeline.problems.base import Problem
+from pipeline.problems.elastic import Elastic
+from pipeline.problems.logistic import Logistic
 from pipeline.problems.quadratic import Quadratic
 
-PROBLEMS = {"quadratic": Quadratic}
+PROBLEMS = {"quadratic": Quadratic, "logistic": Logistic, "absolute": Absolute, "elastic": Elastic}
 
 
 def build_problem(name: str, dim: int, radius: float) -> Problem:
@@ -22,4 +25,4 @@ def build_problem(name: str, dim: int, radius: float) -> Problem:
     return PROBLEMS[name](dim=dim, radius=radius)
 
 
-__all__ = ["PROBLEMS", "Problem", "Quadratic", "build_problem"]
+__all__ = ["PROBLEMS", "Absolute", "Elastic", "Logistic", "Problem", "Quadratic", "build_problem"]

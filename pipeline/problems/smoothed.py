@@ -5,7 +5,21 @@ import dataclasses
 
 import numpy as np
 
+from pipeline.errors import ConfigError
 from pipeline.problems.base import Problem
+
+
+def require_prox(problem: Problem, optimizer_name: str) -> None:
+    """Refuses a smoothed optimizer on a problem without a closed-form prox.
+
+    Raises:
+      ConfigError: naming optimizer.name.
+    """
+    try:
+        problem.prox(np.zeros(problem.dim), np.zeros((problem.dim, 1)), 1.0)
+    except NotImplementedError:
+        raise ConfigError("optimizer.name", optimizer_name,
+                          f"needs a closed-form prox; problem {problem.name} has none") from None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,208 @@
+"""The ℓ1 absolute-deviation problem ℓ(θ, x) = Σ_j |θ_j − x_j| on an ℓ2 ball: convex,
+Lipschitz, not smooth, with a closed-form prox (soft-thresholding toward x)."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from pipeline.problems.base import Problem
+
+SUPPORT_SIZE = 64  # K, the number of points the data distribution puts mass on
+
+
+def finite_support(tag: int, dim: int, radius: float, size: int = SUPPORT_SIZE) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed finite distribution inside the ball of radius R/2.
+
+    Points x_k = (R/4)·1/√d + (R/4)·ρ_k·u_k with u_k uniform on the unit sphere and
+    ρ_k uniform on [0.2, 1], so ‖x_k‖₂ ≤ R/2; weights uniform on [0.5, 1.5], then
+    normalised. Everything comes from ``np.random.default_rng([tag, dim])``: the
+    same (tag, dim) always gives the same distribution, scaled by R.
+
+    Args:
+      tag: tells the problems' distributions apart.
+      dim: d.
+      radius: R.
+      size: K.
+
+    Returns:
+      (support, weights): read-only float64 arrays of shapes (d, K) and (K,).
+    """
+    rng = np.random.default_rng([tag, dim])
+    directions = rng.standard_normal((dim, size))
+    norms = np.linalg.norm(directions, axis=0)
+    norms[norms == 0.0] = 1.0
+    spread = rng.uniform(0.2, 1.0, size)
+    support = radius / 4.0 * (1.0 / math.sqrt(dim) + spread * directions / norms)
+    weights = rng.uniform(0.5, 1.5, size)
+    weights /= weights.sum()
+    support.flags.writeable = False
+    weights.flags.writeable = False
+    return support, weights
+
+
+def sample_support(rng: np.random.Generator, count: int, support: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """`count` i.i.d. draws from the finite distribution, as a fresh (d, count) float64 array."""
+    index = rng.choice(weights.size, size=count, p=weights)
+    return np.ascontiguousarray(support[:, index], dtype=np.float64)
+
+
+def coordinate_minimizers(support: np.ndarray, weights: np.ndarray, lam: float) -> np.ndarray:
+    """argmin_t Σ_k w_k |t − x_kj| + (λ/2)t², exactly, for every coordinate j.
+
+    G_j is convex and piecewise quadratic with kinks at the support values. Sorted
+    a_1 ≤ … ≤ a_K with cumulative weights C_i (W = C_K), its one-sided derivatives
+    at a_i are D⁻ = 2C_{i−1} − W + λa_i and D⁺ = 2C_i − W + λa_i, and between kinks
+    G_j' = 2C_i − W + λt. D⁺ is non-decreasing in i. With i* the first kink where
+    D⁺ ≥ 0: if D⁻ ≤ 0 there, t = a_{i*} (0 ∈ ∂G_j); else the root lies strictly
+    between a_{i*−1} and a_{i*}, where it is t = (W − 2C_{i*−1})/λ. With λ = 0 the
+    second case cannot occur and t is the (lower) weighted median.
+
+    Args:
+      support: the points, shape (d, K).
+      weights: their probabilities, shape (K,).
+      lam: λ ≥ 0.
+
+    Returns:
+      float64 array of shape (d,).
+    """
+    dim, size = support.shape
+    order = np.argsort(support, axis=1, kind="stable")
+    values = np.take_along_axis(support, order, axis=1)
+    # cumulative[:, i] = weight of the i smallest values (C_i), i = 0..K.
+    cumulative = np.concatenate([np.zeros((dim, 1)), np.cumsum(weights[order], axis=1)], axis=1)
+    total = cumulative[:, -1]
+    right = 2.0 * cumulative[:, 1:] - total[:, None] + lam * values
+    left = 2.0 * cumulative[:, :-1] - total[:, None] + lam * values
+    rows = np.arange(dim)
+    nonnegative = right >= 0.0
+    first = np.where(nonnegative.any(axis=1), np.argmax(nonnegative, axis=1), size)
+    at_kink = (first < size) & (left[rows, np.minimum(first, size - 1)] <= 0.0)
+    result = values[rows, np.minimum(first, size - 1)].copy()
+    between = ~at_kink
+    if between.any():
+        if lam <= 0.0:  # impossible: with λ = 0, D⁻ at a_{i*} is D⁺ at a_{i*−1} < 0
+            raise AssertionError("no kink satisfies 0 ∈ ∂G with λ = 0")
+        padded = np.concatenate([np.full((dim, 1), -np.inf), values, np.full((dim, 1), np.inf)], axis=1)
+        j, i = rows[between], first[between]
+        root = (total[j] - 2.0 * cumulative[j, i]) / lam
+        result[between] = np.clip(root, padded[j, i], padded[j, i + 1])
+    return result
+
+
+def one_sided_derivatives(theta: np.ndarray, support: np.ndarray, weights: np.ndarray,
+                          lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """Left and right derivatives of Σ_k w_k |t − x_kj| + (λ/2)t² at t = θ_j, per coordinate
+    (the optimality certificate: θ_j is a minimizer iff left ≤ 0 ≤ right)."""
+    below = (support < theta[:, None]) @ weights
+    above = (support > theta[:, None]) @ weights
+    at = weights.sum() - below - above
+    left = below - (above + at) + lam * theta
+    right = (below + at) - above + lam * theta
+    return left, right
+
+
+@dataclasses.dataclass(frozen=True)
+class Absolute(Problem):
+    """ℓ(θ, x) = ‖θ − x‖₁ = Σ_j |θ_j − x_j| on Θ = {‖θ‖₂ ≤ R}.
+
+    Data: a fixed distribution on K = 64 points with ‖x‖₂ ≤ R/2 and unequal weights
+    (`finite_support`, drawn from ``default_rng([2, d])`` and scaled by R); `sample`
+    draws from it with ``rng.choice``. The population loss F(θ) = Σ_k w_k ‖θ − x_k‖₁
+    is an exact finite sum.
+
+    Optimum: F separates over coordinates, so θ*_j is the weighted (lower) median of
+    the x_kj, found exactly from the sorted support (`coordinate_minimizers`, λ = 0);
+    θ* is one of the support's values in each coordinate, with no rounding at all.
+    Certificate: for every j, W(x_j < θ*_j) − W(x_j ≥ θ*_j) ≤ 0 ≤ W(x_j ≤ θ*_j) −
+    W(x_j > θ*_j) (`one_sided_derivatives`), so 0 ∈ ∂F(θ*). It lies inside Θ: a
+    median m_j > 0 has W(x_j ≥ m_j) ≥ ½ (likewise for m_j < 0), so
+    ‖m‖² ≤ 2·E‖x‖² ≤ R²/2 and ‖θ*‖ ≤ R/√2 < R; the unconstrained minimizer is the
+    constrained one.
+
+    Constants: ∇ℓ = sign(θ − x) (sign(0) = 0, a valid subgradient), so
+    ‖∇ℓ‖₂ ≤ √d = L; β = ∞; λ = 0; D = 2R; data norm bound R/2.
+
+    Prox (over ℝ^d): soft-thresholding toward x, θ' = x + sign(θ − x)·max(|θ − x| − s, 0).
+
+    Args:
+      dim: d.
+      radius: R, the radius of Θ.
+    """
+
+    dim: int
+    radius: float
+    name: ClassVar[str] = "absolute"
+    tag: ClassVar[int] = 2  # seeds the distribution's generator together with d
+
+    @property
+    def lipschitz(self) -> float:
+        return math.sqrt(self.dim)
+
+    @property
+    def smoothness(self) -> float:
+        return math.inf
+
+    @property
+    def strong_convexity(self) -> float:
+        return 0.0
+
+    @property
+    def diameter(self) -> float:
+        return 2.0 * self.radius
+
+    @property
+    def data_norm_bound(self) -> float:
+        return self.radius / 2.0
+
+    @functools.cached_property
+    def _distribution(self) -> tuple[np.ndarray, np.ndarray]:
+        return finite_support(self.tag, self.dim, self.radius)
+
+    @property
+    def support(self) -> np.ndarray:
+        """The K points the data take, shape (d, K), read-only."""
+        return self._distribution[0]
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Their probabilities, shape (K,), read-only."""
+        return self._distribution[1]
+
+    @functools.cached_property
+    def optimum(self) -> np.ndarray:
+        optimum = coordinate_minimizers(self.support, self.weights, 0.0)
+        if not np.linalg.norm(optimum) < self.radius:  # proven (class docstring); guard anyway
+            raise AssertionError("the weighted median left the ball")
+        optimum.flags.writeable = False  # cached: nobody may change θ*
+        return optimum
+
+    def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        return sample_support(rng, count, self.support, self.weights)
+
+    def losses(self, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
+        """Per-user losses ℓ(θ, x_i), shape (count,)."""
+        return np.abs(theta[:, None] - data).sum(axis=0)
+
+    def gradients(self, theta: np.ndarray, data: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        out = np.subtract(theta[:, None], data, out=out)
+        return np.sign(out, out=out)
+
+    def prox(self, theta: np.ndarray, data: np.ndarray, step: float) -> np.ndarray:
+        gap = theta[:, None] - data
+        return data + np.sign(gap) * np.maximum(np.abs(gap) - step, 0.0)
+
+    def project(self, theta: np.ndarray) -> np.ndarray:
+        norm = float(np.linalg.norm(theta))
+        return theta if norm <= self.radius else theta * (self.radius / norm)
+
+    def population_loss(self, theta: np.ndarray) -> float:
+        return float(self.weights @ self.losses(theta, self.support))
+
+    def excess_loss(self, theta: np.ndarray) -> float:
+        # Term by term, so that no large F values cancel.
+        gaps = np.abs(theta[:, None] - self.support) - np.abs(self.optimum[:, None] - self.support)
+        return float(self.weights @ gaps.sum(axis=0))

@@ -1,0 +1,134 @@
+"""ℓ1 absolute deviation plus a ridge term, ℓ(θ, x) = ‖θ − x‖₁ + (λ/2)‖θ‖², on an ℓ2 ball:
+strongly convex, Lipschitz on the ball, not smooth, with a closed-form prox."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from pipeline.problems.absolute import coordinate_minimizers, finite_support, sample_support
+from pipeline.problems.base import Problem
+
+
+@dataclasses.dataclass(frozen=True)
+class Elastic(Problem):
+    """ℓ(θ, x) = Σ_j |θ_j − x_j| + (λ/2)‖θ‖₂² on Θ = {‖θ‖₂ ≤ R}, λ = `regularization` (1 by default).
+
+    Data: a fixed distribution on K = 64 points with ‖x‖₂ ≤ R/2 and unequal weights
+    (`absolute.finite_support`, drawn from ``default_rng([3, d])`` and scaled by R);
+    `sample` draws from it with ``rng.choice``. F(θ) = Σ_k w_k ‖θ − x_k‖₁ + (λ/2)‖θ‖²
+    is an exact finite sum.
+
+    Optimum: F separates over coordinates into G_j(t) = Σ_k w_k |t − x_kj| + (λ/2)t²,
+    convex and piecewise quadratic. `absolute.coordinate_minimizers` finds the piece
+    where 0 ∈ ∂G_j: either a kink (θ*_j is a support value, exactly) or the root
+    (W − 2C)/λ of the one linear piece of G_j' that crosses 0 (one rounding).
+    Certificate: the one-sided derivatives at θ*_j (`absolute.one_sided_derivatives`)
+    satisfy D⁻ ≤ 0 ≤ D⁺ up to rounding (≤ 1e-12 in the tests). Inside Θ: the minimizer
+    of G_j lies between 0 and a weighted median m_j of x_j (both terms decrease toward
+    that segment), so ‖θ*‖ ≤ ‖m‖ ≤ R/√2 < R (see `Absolute`), and θ* is the
+    constrained optimum too.
+
+    Constants: ∇ℓ = sign(θ − x) + λθ, so ‖∇ℓ‖₂ ≤ √d + λR = L on Θ; β = ∞;
+    strong convexity λ; D = 2R; data norm bound R/2. The prox point p of θ ∈ Θ may
+    leave Θ (|p_j| ≤ max(|θ_j|, |x_j|), so ‖p‖ ≤ (√5/2)R), hence the envelope
+    gradient β(θ − p) ∈ ∂ℓ(p) is bounded by √d + λ(√5/2)R ≤ 2L, not by L.
+
+    Prox (over ℝ^d, per coordinate): |t − x| + (λ/2)t² + (t − θ)²/(2s) equals
+    |t − x| + (a/2)(t − c)² + const with a = λ + 1/s and c = θ/(1 + λs), so
+    t = x + sign(c − x)·max(|c − x| − 1/a, 0).
+
+    Args:
+      dim: d.
+      radius: R, the radius of Θ.
+      regularization: λ > 0.
+    """
+
+    dim: int
+    radius: float
+    regularization: float = 1.0
+    name: ClassVar[str] = "elastic"
+    tag: ClassVar[int] = 3  # seeds the distribution's generator together with d
+
+    def __post_init__(self):
+        if not self.regularization > 0.0:
+            raise ValueError(f"regularization must be > 0, got {self.regularization}")
+
+    @property
+    def lipschitz(self) -> float:
+        return math.sqrt(self.dim) + self.regularization * self.radius
+
+    @property
+    def smoothness(self) -> float:
+        return math.inf
+
+    @property
+    def strong_convexity(self) -> float:
+        return self.regularization
+
+    @property
+    def diameter(self) -> float:
+        return 2.0 * self.radius
+
+    @property
+    def data_norm_bound(self) -> float:
+        return self.radius / 2.0
+
+    @functools.cached_property
+    def _distribution(self) -> tuple[np.ndarray, np.ndarray]:
+        return finite_support(self.tag, self.dim, self.radius)
+
+    @property
+    def support(self) -> np.ndarray:
+        """The K points the data take, shape (d, K), read-only."""
+        return self._distribution[0]
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Their probabilities, shape (K,), read-only."""
+        return self._distribution[1]
+
+    @functools.cached_property
+    def optimum(self) -> np.ndarray:
+        optimum = coordinate_minimizers(self.support, self.weights, self.regularization)
+        if not np.linalg.norm(optimum) < self.radius:  # proven (class docstring); guard anyway
+            raise AssertionError("the optimum left the ball")
+        optimum.flags.writeable = False  # cached: nobody may change θ*
+        return optimum
+
+    def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        return sample_support(rng, count, self.support, self.weights)
+
+    def losses(self, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
+        """Per-user losses ℓ(θ, x_i), shape (count,)."""
+        return np.abs(theta[:, None] - data).sum(axis=0) + 0.5 * self.regularization * float(theta @ theta)
+
+    def gradients(self, theta: np.ndarray, data: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        out = np.subtract(theta[:, None], data, out=out)
+        np.sign(out, out=out)
+        out += self.regularization * theta[:, None]
+        return out
+
+    def prox(self, theta: np.ndarray, data: np.ndarray, step: float) -> np.ndarray:
+        curvature = self.regularization + 1.0 / step
+        centre = (theta / (1.0 + self.regularization * step))[:, None]
+        gap = centre - data
+        return data + np.sign(gap) * np.maximum(np.abs(gap) - 1.0 / curvature, 0.0)
+
+    def project(self, theta: np.ndarray) -> np.ndarray:
+        norm = float(np.linalg.norm(theta))
+        return theta if norm <= self.radius else theta * (self.radius / norm)
+
+    def population_loss(self, theta: np.ndarray) -> float:
+        return float(self.weights @ np.abs(theta[:, None] - self.support).sum(axis=0)) + (
+            0.5 * self.regularization * float(theta @ theta))
+
+    def excess_loss(self, theta: np.ndarray) -> float:
+        # Term by term, so that no large F values cancel.
+        optimum = self.optimum
+        gaps = np.abs(theta[:, None] - self.support) - np.abs(optimum[:, None] - self.support)
+        ridge = 0.5 * self.regularization * float((theta - optimum) @ (theta + optimum))
+        return float(self.weights @ gaps.sum(axis=0)) + ridge
