@@ -10,8 +10,10 @@ import pytest
 
 from pipeline import engine
 from pipeline.errors import ConfigError
-from pipeline.optimizers import SeqAGD, SeqSGD
+from pipeline.optimizers import FullGDSmoothed, SeqAGD, SeqAGDSmoothed, SeqPhased, SeqSGD
+from pipeline.optimizers.phased import phase_count
 from pipeline.problems import Quadratic
+from pipeline.problems.smoothed import MoreauSmoothed
 from pipeline.protocols import CjmpVec, cjmp
 
 
@@ -68,3 +70,39 @@ def test_seq_agd_needs_a_smooth_loss_and_disjoint_batches():
     assert agd.rounds * agd.batch_size <= 1000 and agd.schedule().composition == "sequential"
     # Paper mode takes the step sizes as printed; L_t decreases in t (notes T16).
     assert agd.curvature(1) > agd.curvature(2) > agd.curvature(agd.rounds)
+
+
+def test_phases_use_fresh_disjoint_users_and_warm_start():
+    problem = Quadratic(dim=3, radius=1.0)
+    phased = SeqPhased.from_config(problem, 30_000, 2.0, 1e-6, accounting="tight", parameters="calibrated")
+    schedule = phased.schedule()
+    users = [schedule.plan(r) for r in range(schedule.rounds)]
+    spans = sorted((plan.first_user, plan.stop_user) for plan in users)
+    assert all(stop <= start for (_, stop), (start, _) in zip(spans, spans[1:]))  # disjoint
+    assert spans[-1][1] <= 30_000 and len(phased.phases) == phase_count(30_000) == 5
+    # The first round of phase 2 queries the output of phase 1 (θ_1 = θ^ag_1 = that output).
+    state, noise = phased.init(), np.full(3, 0.01)
+    for _ in range(phased.phases[0].rounds):
+        state = phased.update(state, phased.query(state) - problem.optimum + noise)
+    assert state.phase == 1 and np.array_equal(phased.query(state), state.inner.theta_ag)
+
+
+def test_phased_refuses_what_theorem_4_8_does_not_cover():
+    with pytest.raises(ConfigError, match="optimizer.batch_size"):
+        SeqPhased.from_config(Quadratic(dim=3, radius=1.0), 30_000, 1.0, 1e-6, batch_size=10)
+
+
+def test_smoothed_optimizers_run_on_the_envelope_and_measure_the_loss():
+    problem = Quadratic(dim=3, radius=1.0)
+    for cls in (SeqAGDSmoothed, FullGDSmoothed):
+        optimizer = cls.from_config(problem, 2000, 1.0, 1e-6, rounds=5 if cls is FullGDSmoothed else None)
+        envelope = optimizer.problem
+        assert isinstance(envelope, MoreauSmoothed) and envelope.unsmoothed is problem
+        # Δ₂ = 2L (Theorem 4.7), and the loss measured is the problem's own.
+        assert optimizer.schedule().plan(0).norm_bound == 2 * problem.lipschitz
+        theta = np.array([0.3, -0.2, 0.1])
+        assert envelope.excess_loss(theta) == problem.excess_loss(theta)
+        # For ½‖θ − x‖² the envelope gradient is β/(1 + β)·(θ − x) exactly.
+        data = problem.sample(np.random.default_rng(0), 4)
+        beta = envelope.smoothness
+        assert np.allclose(envelope.gradients(theta, data), beta / (1 + beta) * (theta[:, None] - data))

@@ -4,10 +4,11 @@ from __future__ import annotations
 from pipeline.optimizers.base import DATA, GRADIENTS, Optimizer, RoundGroup, RoundPlan, Schedule
 from pipeline.optimizers.full_gd import FullGD, FullGDSmoothed
 from pipeline.optimizers.mean_estimation import MeanEstimation
+from pipeline.optimizers.phased import SeqPhased
 from pipeline.optimizers.seq_agd import PARAMETER_MODES, SeqAGD, SeqAGDSmoothed
 from pipeline.optimizers.seq_sgd import SeqSGD
 
-OPTIMIZERS = {cls.name: cls for cls in (MeanEstimation, SeqSGD, SeqAGD, SeqAGDSmoothed, FullGD, FullGDSmoothed)}
+OPTIMIZERS = {cls.name: cls for cls in (MeanEstimation, SeqSGD, SeqAGD, SeqAGDSmoothed, SeqPhased, FullGD, FullGDSmoothed)}
 
 __all__ = ["DATA", "GRADIENTS", "OPTIMIZERS", "PARAMETER_MODES", "FullGD", "FullGDSmoothed", "MeanEstimation", "Optimizer",
-           "RoundGroup", "RoundPlan", "Schedule", "SeqAGD", "SeqAGDSmoothed", "SeqSGD"]
+           "RoundGroup", "RoundPlan", "Schedule", "SeqAGD", "SeqAGDSmoothed", "SeqPhased", "SeqSGD"]

@@ -57,6 +57,18 @@ def seq_agd_smoothed_rate(problem: Problem, n: int, epsilon: float, delta: float
         d ** (1 / 3) * diameter * lipschitz * math.log(d / delta) ** (2 / 3) / (epsilon * n) ** (2 / 3))
 
 
+def phased_rate(problem: Problem, n: int, epsilon: float, delta: float) -> float:
+    """Theorem 4.8 of seed 000 (λ-strongly convex): L²/(λn) plus
+    d^{2/3} L² ln^{4/3}(d/δ)/(λ(εn)^{4/3}) (non-smooth) or d β^{1/2} L² ln²(d/δ)/(λ^{3/2}(εn)²) (β-smooth)."""
+    loss, d = problem.unsmoothed, problem.dim
+    lipschitz, lam = loss.lipschitz, loss.strong_convexity
+    if math.isfinite(loss.smoothness):
+        private = d * loss.smoothness**0.5 * lipschitz**2 * math.log(d / delta) ** 2 / (lam**1.5 * (epsilon * n) ** 2)
+    else:
+        private = d ** (2 / 3) * lipschitz**2 * math.log(d / delta) ** (4 / 3) / (lam * (epsilon * n) ** (4 / 3))
+    return lipschitz**2 / (lam * n) + private
+
+
 def full_gd_rate(problem: Problem, n: int, epsilon: float, delta: float) -> float:
     """Theorem 4.9 / Lemma B.6 of seed 000: DL(1/√n + √d ln^{3/2}(d/δ)/(εn)), L of the loss itself."""
     d = problem.dim

@@ -1,0 +1,111 @@
+"""The phased reduction for strongly convex losses, sequential (seed 000, Theorem 4.8)."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import ClassVar, NamedTuple
+
+import numpy as np
+
+from pipeline.accounting.ledger import SEQUENTIAL
+from pipeline.errors import ConfigError
+from pipeline.optimizers import theory
+from pipeline.optimizers.base import Optimizer, RoundGroup, Schedule
+from pipeline.optimizers.seq_agd import PAPER, AcsaState, SeqAGD, SeqAGDSmoothed
+from pipeline.problems.base import Problem
+
+
+class PhasedState(NamedTuple):
+    """The phase running and its AC-SA state."""
+
+    phase: int
+    inner: AcsaState
+
+
+def phase_count(n_users: int) -> int:
+    """k = 1 + ⌈log₂ log₂ n⌉ (notes seed-000 §2.6: the proof's recursion halves the
+    exponent each phase; the paper says O(log log n) without a constant)."""
+    return 1 + math.ceil(math.log2(max(2.0, math.log2(max(n_users, 4)))))
+
+
+@dataclasses.dataclass(frozen=True)
+class SeqPhased(Optimizer):
+    """Theorem 4.8: k phases on disjoint sets of n/k users, each running
+    P_AGD (β-smooth losses) or smoothed P_AGD (non-smooth) from the previous phase's
+    output; every user answers once, so the run is (ε, δ)-DP by parallel composition.
+
+    Every phase keeps the domain's diameter D (the notes' "fixed D" mode: the proof's
+    per-phase D_i ≤ √(2Δ_i/λ) depends on unknown constants, notes T19).
+
+    Attributes:
+      problem: a λ-strongly convex problem (the smoothed envelope, for non-smooth losses).
+      n_users: n.
+      epsilon, delta: the run's target, spent by every batch.
+      phases: one AC-SA optimizer per phase, over n/k users each.
+    """
+
+    problem: Problem
+    n_users: int
+    epsilon: float
+    delta: float
+    phases: tuple[SeqAGD, ...]
+    name: ClassVar[str] = "seq_phased"
+
+    @classmethod
+    def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
+                    rounds: int | None = None, batch_size: int | None = None,
+                    step_size: float | None = None, accounting: str = "paper",
+                    parameters: str = PAPER) -> "SeqPhased":
+        """Splits the users into k phases and resolves each phase's Theorem 4.3 / 4.7 parameters.
+
+        Raises:
+          ConfigError: a problem that is not strongly convex, fewer users than phases,
+            or overrides (rounds, batch_size and step_size are the phases' own).
+        """
+        if problem.strong_convexity <= 0:
+            raise ConfigError("optimizer.name", cls.name,
+                              f"needs a strongly convex loss (Theorem 4.8); {problem.name} has λ = 0")
+        for field, value in (("optimizer.rounds", rounds), ("optimizer.batch_size", batch_size),
+                             ("optimizer.step_size", step_size)):
+            if value is not None:
+                raise ConfigError(field, value, f"does not apply to optimizer {cls.name} (each phase sets its own)")
+        count = phase_count(n_users)
+        share = n_users // count
+        if share < 1:
+            raise ConfigError("n_users", n_users, f"must be at least the {count} phases of Theorem 4.8")
+        inner = SeqAGD if math.isfinite(problem.smoothness) else SeqAGDSmoothed
+        phases = tuple(inner.from_config(problem, share, epsilon, delta, accounting=accounting,
+                                         parameters=parameters) for _ in range(count))
+        return cls(phases[0].problem, n_users, epsilon, delta, phases)
+
+    def schedule(self) -> Schedule:
+        groups, first = [], 0
+        for phase in self.phases:
+            groups.append(RoundGroup(phase.rounds, phase.batch_size, first, phase.batch_size,
+                                     self.epsilon, self.delta, phase.problem.lipschitz))
+            first += phase.n_users  # the next phase's users are fresh (disjoint)
+        return Schedule(SEQUENTIAL, tuple(groups))
+
+    def init(self) -> PhasedState:
+        return PhasedState(0, self.phases[0].init())
+
+    def query(self, state: PhasedState) -> np.ndarray:
+        return self.phases[state.phase].query(state.inner)
+
+    def update(self, state: PhasedState, noisy_mean: np.ndarray) -> PhasedState:
+        phase = self.phases[state.phase]
+        inner = phase.update(state.inner, noisy_mean)
+        if inner.t > phase.rounds and state.phase + 1 < len(self.phases):
+            start = phase.output(inner)  # warm start: θ_1 = θ^ag_1 = the phase's output
+            return PhasedState(state.phase + 1, AcsaState(start, start.copy(), 1))
+        return PhasedState(state.phase, inner)
+
+    def output(self, state: PhasedState) -> np.ndarray:
+        return self.phases[state.phase].output(state.inner)
+
+    def theory_rate(self) -> float:
+        return theory.phased_rate(self.problem, self.n_users, self.epsilon, self.delta)
+
+    def hyperparameters(self) -> dict[str, float | int]:
+        return {"phases": len(self.phases), "phase_users": self.phases[0].n_users,
+                "batch_size": self.phases[0].batch_size, "rounds": sum(p.rounds for p in self.phases)}
