@@ -9,7 +9,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from pipeline.problems.absolute import coordinate_minimizers, finite_support, sample_support
+from pipeline.problems.absolute import (
+    coordinate_minimizers,
+    finite_support,
+    sample_support,
+)
 from pipeline.problems.base import Problem
 
 
@@ -34,8 +38,8 @@ class Elastic(Problem):
 
     Constants: ∇ℓ = sign(θ − x) + λθ, so ‖∇ℓ‖₂ ≤ √d + λR = L on Θ; β = ∞;
     strong convexity λ; D = 2R; data norm bound R/2. The prox point p of θ ∈ Θ may
-    leave Θ (|p_j| ≤ max(|θ_j|, |x_j|), so ‖p‖ ≤ (√5/2)R), hence the envelope
-    gradient β(θ − p) ∈ ∂ℓ(p) is bounded by √d + λ(√5/2)R ≤ 2L, not by L.
+    leave Θ, yet the envelope gradient g = (θ − p)/s ∈ sign-set(p − x) + λp solves
+    g = (λθ + ξ)/(1 + λs) with ξ ∈ [−1, 1]^d, so ‖g‖ ≤ (√d + λR)/(1 + λs) ≤ L on Θ.
 
     Prox (over ℝ^d, per coordinate): |t − x| + (λ/2)t² + (t − θ)²/(2s) equals
     |t − x| + (a/2)(t − c)² + const with a = λ + 1/s and c = θ/(1 + λs), so

@@ -13,7 +13,7 @@ from pipeline.problems.absolute import sample_support
 from pipeline.problems.base import Problem
 
 FEATURES = 64  # the number of feature vectors; the support has twice as many points
-_PROX_ITERATIONS = 100  # safeguarded Newton; it converges in far fewer
+_PROX_ITERATIONS = 200  # Newton steps of the prox; about log(s‖w‖²) + 6 suffice
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,10 +40,11 @@ class Logistic(Problem):
     Constants: ∇ℓ = −w·σ(−⟨θ, w⟩), so ‖∇ℓ‖ ≤ ‖w‖ ≤ 1 = L = data norm bound; the
     Hessian σ(s)σ(−s)·wwᵀ ⪯ ‖w‖²/4, so β = 1/4; λ = 0; D = 2R.
 
-    Prox (over ℝ^d): the minimiser of ℓ(θ', w) + ‖θ' − θ‖²/(2s) is θ' = θ + c·w, where
-    c ∈ [0, s·σ(−⟨θ, w⟩)] is the one root of c = s·σ(−⟨θ, w⟩ − c‖w‖²) (its left side
-    minus its right side increases in c). A safeguarded Newton iteration, vectorized
-    over users, finds it to a few ulps.
+    Prox (over ℝ^d): the minimiser of ℓ(θ', w) + ‖θ' − θ‖²/(2s) is θ' = θ + c·w with
+    c = s·σ(−v), where the new margin v = ⟨θ', w⟩ is the one root of
+    h(v) = v − ⟨θ, w⟩ − s‖w‖²·σ(−v). h is increasing, convex for v ≤ 0 and concave for
+    v ≥ 0, so Newton's method started at v = 0 converges monotonically (in about
+    log(s‖w‖²) + 6 steps, vectorized over users) to the float root.
 
     Args:
       dim: d.
@@ -122,24 +123,19 @@ class Logistic(Problem):
         return self.gradients(theta, self.support) @ self.weights
 
     def prox(self, theta: np.ndarray, data: np.ndarray, step: float) -> np.ndarray:
-        margin = theta @ data                      # a = ⟨θ, w⟩
-        square = np.einsum("ij,ij->j", data, data)  # b = ‖w‖²
-        low = np.zeros_like(margin)
-        high = step * expit(-margin)
-        coef = 0.5 * high
+        margin = theta @ data                             # a = ⟨θ, w⟩
+        stiffness = step * np.einsum("ij,ij->j", data, data)  # k = s‖w‖²
+        # The new margin v = ⟨θ', w⟩ solves h(v) = v − a − k·σ(−v) = 0. h increases, is convex
+        # on v ≤ 0 and concave on v ≥ 0, so Newton from v = 0 (where h(0) has the sign that
+        # puts 0 on the root's convex-right or concave-left side) moves monotonically to it.
+        new_margin = np.zeros_like(margin)
         for _ in range(_PROX_ITERATIONS):
-            u = -margin - coef * square
-            value = coef - step * expit(u)      # increasing in c: g(low) ≤ 0 ≤ g(high)
-            low = np.where(value < 0.0, coef, low)
-            high = np.where(value > 0.0, coef, high)
-            slope = 1.0 + step * square * expit(u) * expit(-u)
-            proposal = coef - value / slope
-            outside = ~((proposal > low) & (proposal < high))
-            proposal = np.where(outside, 0.5 * (low + high), proposal)
-            settled = (value == 0.0) | (np.abs(proposal - coef) <= 4.0 * np.finfo(float).eps * np.abs(coef))
-            coef = np.where(value == 0.0, coef, proposal)
-            if settled.all():
+            tail = expit(-new_margin)
+            change = (new_margin - margin - stiffness * tail) / (1.0 + stiffness * tail * expit(new_margin))
+            new_margin -= change
+            if np.all(np.abs(change) <= np.finfo(float).eps * np.maximum(1.0, np.abs(new_margin))):
                 break
+        coef = step * expit(-new_margin)                  # c = s·σ(−v), well conditioned
         return theta[:, None] + coef[None, :] * data
 
     def project(self, theta: np.ndarray) -> np.ndarray:
