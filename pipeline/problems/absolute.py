@@ -9,45 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from pipeline.problems.base import Problem
-
-SUPPORT_SIZE = 64  # K, the number of points the data distribution puts mass on
-
-
-def finite_support(tag: int, dim: int, radius: float, size: int = SUPPORT_SIZE) -> tuple[np.ndarray, np.ndarray]:
-    """A fixed finite distribution inside the ball of radius R/2.
-
-    Points x_k = (R/4)·1/√d + (R/4)·ρ_k·u_k with u_k uniform on the unit sphere and
-    ρ_k uniform on [0.2, 1], so ‖x_k‖₂ ≤ R/2; weights uniform on [0.5, 1.5], then
-    normalised. Everything comes from ``np.random.default_rng([tag, dim])``: the
-    same (tag, dim) always gives the same distribution, scaled by R.
-
-    Args:
-      tag: tells the problems' distributions apart.
-      dim: d.
-      radius: R.
-      size: K.
-
-    Returns:
-      (support, weights): read-only float64 arrays of shapes (d, K) and (K,).
-    """
-    rng = np.random.default_rng([tag, dim])
-    directions = rng.standard_normal((dim, size))
-    norms = np.linalg.norm(directions, axis=0)
-    norms[norms == 0.0] = 1.0
-    spread = rng.uniform(0.2, 1.0, size)
-    support = radius / 4.0 * (1.0 / math.sqrt(dim) + spread * directions / norms)
-    weights = rng.uniform(0.5, 1.5, size)
-    weights /= weights.sum()
-    support.flags.writeable = False
-    weights.flags.writeable = False
-    return support, weights
-
-
-def sample_support(rng: np.random.Generator, count: int, support: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """`count` i.i.d. draws from the finite distribution, as a fresh (d, count) float64 array."""
-    index = rng.choice(weights.size, size=count, p=weights)
-    return np.ascontiguousarray(support[:, index], dtype=np.float64)
+from pipeline.problems.finite import FiniteBallProblem, finite_support
 
 
 def coordinate_minimizers(support: np.ndarray, weights: np.ndarray, lam: float) -> np.ndarray:
@@ -106,7 +68,7 @@ def one_sided_derivatives(theta: np.ndarray, support: np.ndarray, weights: np.nd
 
 
 @dataclasses.dataclass(frozen=True)
-class Absolute(Problem):
+class Absolute(FiniteBallProblem):
     """ℓ(θ, x) = ‖θ − x‖₁ = Σ_j |θ_j − x_j| on Θ = {‖θ‖₂ ≤ R}.
 
     Data: a fixed distribution on K = 64 points with ‖x‖₂ ≤ R/2 and unequal weights
@@ -151,26 +113,12 @@ class Absolute(Problem):
         return 0.0
 
     @property
-    def diameter(self) -> float:
-        return 2.0 * self.radius
-
-    @property
     def data_norm_bound(self) -> float:
         return self.radius / 2.0
 
     @functools.cached_property
     def _distribution(self) -> tuple[np.ndarray, np.ndarray]:
         return finite_support(self.tag, self.dim, self.radius)
-
-    @property
-    def support(self) -> np.ndarray:
-        """The K points the data take, shape (d, K), read-only."""
-        return self._distribution[0]
-
-    @property
-    def weights(self) -> np.ndarray:
-        """Their probabilities, shape (K,), read-only."""
-        return self._distribution[1]
 
     @functools.cached_property
     def optimum(self) -> np.ndarray:
@@ -179,9 +127,6 @@ class Absolute(Problem):
             raise AssertionError("the weighted median left the ball")
         optimum.flags.writeable = False  # cached: nobody may change θ*
         return optimum
-
-    def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
-        return sample_support(rng, count, self.support, self.weights)
 
     def losses(self, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
         """Per-user losses ℓ(θ, x_i), shape (count,)."""
@@ -194,15 +139,3 @@ class Absolute(Problem):
     def prox(self, theta: np.ndarray, data: np.ndarray, step: float) -> np.ndarray:
         gap = theta[:, None] - data
         return data + np.sign(gap) * np.maximum(np.abs(gap) - step, 0.0)
-
-    def project(self, theta: np.ndarray) -> np.ndarray:
-        norm = float(np.linalg.norm(theta))
-        return theta if norm <= self.radius else theta * (self.radius / norm)
-
-    def population_loss(self, theta: np.ndarray) -> float:
-        return float(self.weights @ self.losses(theta, self.support))
-
-    def excess_loss(self, theta: np.ndarray) -> float:
-        # Term by term, so that no large F values cancel.
-        gaps = np.abs(theta[:, None] - self.support) - np.abs(self.optimum[:, None] - self.support)
-        return float(self.weights @ gaps.sum(axis=0))

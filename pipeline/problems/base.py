@@ -6,6 +6,12 @@ import abc
 import numpy as np
 
 
+def ball_projection(theta: np.ndarray, radius: float) -> np.ndarray:
+    """The Euclidean projection onto {‖θ‖₂ ≤ radius}."""
+    norm = float(np.linalg.norm(theta))
+    return theta if norm <= radius else theta * (radius / norm)
+
+
 class Problem(abc.ABC):
     """A loss ℓ(θ, x) over a convex domain Θ, with a data distribution whose
     population loss and optimum are known exactly.

@@ -9,20 +9,16 @@ from typing import ClassVar
 
 import numpy as np
 
-from pipeline.problems.absolute import (
-    coordinate_minimizers,
-    finite_support,
-    sample_support,
-)
-from pipeline.problems.base import Problem
+from pipeline.problems.absolute import coordinate_minimizers
+from pipeline.problems.finite import FiniteBallProblem, finite_support
 
 
 @dataclasses.dataclass(frozen=True)
-class Elastic(Problem):
+class Elastic(FiniteBallProblem):
     """ℓ(θ, x) = Σ_j |θ_j − x_j| + (λ/2)‖θ‖₂² on Θ = {‖θ‖₂ ≤ R}, λ = `regularization` (1 by default).
 
     Data: a fixed distribution on K = 64 points with ‖x‖₂ ≤ R/2 and unequal weights
-    (`absolute.finite_support`, drawn from ``default_rng([3, d])`` and scaled by R);
+    (`finite.finite_support`, drawn from ``default_rng([3, d])`` and scaled by R);
     `sample` draws from it with ``rng.choice``. F(θ) = Σ_k w_k ‖θ − x_k‖₁ + (λ/2)‖θ‖²
     is an exact finite sum.
 
@@ -74,26 +70,12 @@ class Elastic(Problem):
         return self.regularization
 
     @property
-    def diameter(self) -> float:
-        return 2.0 * self.radius
-
-    @property
     def data_norm_bound(self) -> float:
         return self.radius / 2.0
 
     @functools.cached_property
     def _distribution(self) -> tuple[np.ndarray, np.ndarray]:
         return finite_support(self.tag, self.dim, self.radius)
-
-    @property
-    def support(self) -> np.ndarray:
-        """The K points the data take, shape (d, K), read-only."""
-        return self._distribution[0]
-
-    @property
-    def weights(self) -> np.ndarray:
-        """Their probabilities, shape (K,), read-only."""
-        return self._distribution[1]
 
     @functools.cached_property
     def optimum(self) -> np.ndarray:
@@ -102,9 +84,6 @@ class Elastic(Problem):
             raise AssertionError("the optimum left the ball")
         optimum.flags.writeable = False  # cached: nobody may change θ*
         return optimum
-
-    def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
-        return sample_support(rng, count, self.support, self.weights)
 
     def losses(self, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
         """Per-user losses ℓ(θ, x_i), shape (count,)."""
@@ -121,18 +100,3 @@ class Elastic(Problem):
         centre = (theta / (1.0 + self.regularization * step))[:, None]
         gap = centre - data
         return data + np.sign(gap) * np.maximum(np.abs(gap) - 1.0 / curvature, 0.0)
-
-    def project(self, theta: np.ndarray) -> np.ndarray:
-        norm = float(np.linalg.norm(theta))
-        return theta if norm <= self.radius else theta * (self.radius / norm)
-
-    def population_loss(self, theta: np.ndarray) -> float:
-        return float(self.weights @ np.abs(theta[:, None] - self.support).sum(axis=0)) + (
-            0.5 * self.regularization * float(theta @ theta))
-
-    def excess_loss(self, theta: np.ndarray) -> float:
-        # Term by term, so that no large F values cancel.
-        optimum = self.optimum
-        gaps = np.abs(theta[:, None] - self.support) - np.abs(optimum[:, None] - self.support)
-        ridge = 0.5 * self.regularization * float((theta - optimum) @ (theta + optimum))
-        return float(self.weights @ gaps.sum(axis=0)) + ridge

@@ -9,15 +9,14 @@ from typing import ClassVar
 import numpy as np
 from scipy.special import expit
 
-from pipeline.problems.absolute import sample_support
-from pipeline.problems.base import Problem
+from pipeline.problems.finite import FiniteBallProblem
 
 FEATURES = 64  # the number of feature vectors; the support has twice as many points
 _PROX_ITERATIONS = 200  # Newton steps of the prox; about log(s‖w‖²) + 6 suffice
 
 
 @dataclasses.dataclass(frozen=True)
-class Logistic(Problem):
+class Logistic(FiniteBallProblem):
     """ℓ(θ, w) = log(1 + exp(−⟨θ, w⟩)) on Θ = {‖θ‖₂ ≤ R}, with w = y·z (label y ∈ {±1}
     times features z), one vector per user.
 
@@ -69,10 +68,6 @@ class Logistic(Problem):
         return 0.0
 
     @property
-    def diameter(self) -> float:
-        return 2.0 * self.radius
-
-    @property
     def data_norm_bound(self) -> float:
         return 1.0
 
@@ -93,22 +88,9 @@ class Logistic(Problem):
             array.flags.writeable = False
         return support, weights, truth
 
-    @property
-    def support(self) -> np.ndarray:
-        """The 128 values w takes, shape (d, 128), read-only."""
-        return self._distribution[0]
-
-    @property
-    def weights(self) -> np.ndarray:
-        """Their probabilities, shape (128,), read-only."""
-        return self._distribution[1]
-
     @functools.cached_property
     def optimum(self) -> np.ndarray:
         return self._distribution[2]  # θ₀, read-only (class docstring)
-
-    def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
-        return sample_support(rng, count, self.support, self.weights)
 
     def losses(self, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
         """Per-user losses ℓ(θ, w_i) = log(1 + exp(−⟨θ, w_i⟩)), shape (count,)."""
@@ -137,15 +119,3 @@ class Logistic(Problem):
                 break
         coef = step * expit(-new_margin)                  # c = s·σ(−v), well conditioned
         return theta[:, None] + coef[None, :] * data
-
-    def project(self, theta: np.ndarray) -> np.ndarray:
-        norm = float(np.linalg.norm(theta))
-        return theta if norm <= self.radius else theta * (self.radius / norm)
-
-    def population_loss(self, theta: np.ndarray) -> float:
-        return float(self.weights @ self.losses(theta, self.support))
-
-    def excess_loss(self, theta: np.ndarray) -> float:
-        # Term by term, so that no large F values cancel.
-        gaps = self.losses(theta, self.support) - self.losses(self.optimum, self.support)
-        return float(self.weights @ gaps)

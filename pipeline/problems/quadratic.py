@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from pipeline.problems.base import Problem
+from pipeline.problems.base import Problem, ball_projection
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,8 +75,7 @@ class Quadratic(Problem):
         return (theta[:, None] + step * data) / (1.0 + step)
 
     def project(self, theta: np.ndarray) -> np.ndarray:
-        norm = float(np.linalg.norm(theta))
-        return theta if norm <= self.radius else theta * (self.radius / norm)
+        return ball_projection(theta, self.radius)
 
     def population_loss(self, theta: np.ndarray) -> float:
         gap = theta - self.optimum

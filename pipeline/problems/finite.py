@@ -1,0 +1,94 @@
+"""Problems whose data take finitely many values: exact population losses by weighted sums."""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from pipeline.problems.base import Problem, ball_projection
+
+SUPPORT_SIZE = 64  # K, the number of points the data distribution puts mass on
+
+
+def finite_support(tag: int, dim: int, radius: float, size: int = SUPPORT_SIZE) -> tuple[np.ndarray, np.ndarray]:
+    """A fixed finite distribution inside the ball of radius R/2.
+
+    Points x_k = (R/4)·1/√d + (R/4)·ρ_k·u_k with u_k uniform on the unit sphere and
+    ρ_k uniform on [0.2, 1], so ‖x_k‖₂ ≤ R/2; weights uniform on [0.5, 1.5], then
+    normalised. Everything comes from ``np.random.default_rng([tag, dim])``: the
+    same (tag, dim) always gives the same distribution, scaled by R.
+
+    Args:
+      tag: tells the problems' distributions apart.
+      dim: d.
+      radius: R.
+      size: K.
+
+    Returns:
+      (support, weights): read-only float64 arrays of shapes (d, K) and (K,).
+    """
+    rng = np.random.default_rng([tag, dim])
+    directions = rng.standard_normal((dim, size))
+    norms = np.linalg.norm(directions, axis=0)
+    norms[norms == 0.0] = 1.0
+    spread = rng.uniform(0.2, 1.0, size)
+    support = radius / 4.0 * (1.0 / math.sqrt(dim) + spread * directions / norms)
+    weights = rng.uniform(0.5, 1.5, size)
+    weights /= weights.sum()
+    support.flags.writeable = False
+    weights.flags.writeable = False
+    return support, weights
+
+
+def sample_support(rng: np.random.Generator, count: int, support: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """`count` i.i.d. draws from the finite distribution, as a fresh (d, count) float64 array."""
+    index = rng.choice(weights.size, size=count, p=weights)
+    return np.ascontiguousarray(support[:, index], dtype=np.float64)
+
+
+class FiniteBallProblem(Problem):
+    """A loss on the ℓ2 ball of radius R whose data distribution is finite.
+
+    Subclasses are frozen dataclasses with fields `dim` and `radius`, and define
+    `_distribution` (a cached (support, weights, ...) tuple), `losses` and the rest of
+    the Problem interface. Population and excess losses are exact weighted sums, the
+    excess taken term by term so that no large loss values cancel.
+    """
+
+    radius: float
+
+    @property
+    def diameter(self) -> float:
+        return 2.0 * self.radius
+
+    @functools.cached_property
+    def _distribution(self) -> tuple[np.ndarray, ...]:
+        raise NotImplementedError
+
+    @property
+    def support(self) -> np.ndarray:
+        """The points the data take, shape (d, K), read-only."""
+        return self._distribution[0]
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Their probabilities, shape (K,), read-only."""
+        return self._distribution[1]
+
+    def losses(self, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
+        """Per-user losses ℓ(θ, x_i), shape (count,)."""
+        raise NotImplementedError
+
+    def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        return sample_support(rng, count, self.support, self.weights)
+
+    def project(self, theta: np.ndarray) -> np.ndarray:
+        return ball_projection(theta, self.radius)
+
+    def population_loss(self, theta: np.ndarray) -> float:
+        return float(self.weights @ self.losses(theta, self.support))
+
+    def excess_loss(self, theta: np.ndarray) -> float:
+        gaps = self.losses(theta, self.support) - self.losses(self.optimum, self.support)
+        return float(self.weights @ gaps)
