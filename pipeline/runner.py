@@ -28,8 +28,6 @@ _NOT_APPLICABLE = {
     "mean_estimation": ("optimizer.rounds", "optimizer.batch_size", "optimizer.step_size"),
     "full_gd": ("optimizer.batch_size",),
     "full_gd_smoothed": ("optimizer.batch_size",),
-    "seq_agd": ("optimizer.step_size",),  # AC-SA's steps follow its L_t schedule
-    "seq_agd_smoothed": ("optimizer.step_size",),
 }
 
 

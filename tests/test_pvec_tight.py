@@ -152,3 +152,22 @@ def test_pvec_params_record_the_calibration():
     assert isinstance(params, PvecParams) and params.calibration == "tight" and params.norm_bound == 3.0
     assert CjmpVec.event(params, 4096).calibration == "tight"
     assert plan_pvec(500, 4, 2.0, 1e-6, 3.0).calibration == "paper"
+
+
+def test_what_the_orders_cannot_certify_is_refused_with_the_floor():
+    with pytest.raises(ValueError, match="below 0.0646, the least the orders up to 256 can certify"):
+        pvec_tight.calibrate_pvec(1000, 10, 0.02, 1e-10)
+
+
+def test_split_pieces_refuse_where_their_series_would_cancel():
+    # At variance 2 and α = 96 the series cancels completely (it would report ~0 for a true 2.04).
+    with pytest.raises(ArithmeticError, match="variance ≥ 1e4"):
+        pvec_tight.split_shift_by_one(8, np.array([1.0]), 0.5)
+    # At production piece sizes the split bound equals the direct one for K = 1 and is above it for K > 1.
+    piece = 1_000_000
+    direct_one, _ = pvec_tight.shift_by_one(piece, 0.5)
+    split, _ = pvec_tight.split_shift_by_one(piece, np.array([1.0, 4.0]), 0.5)
+    integer = pvec_tight.ORDERS == np.round(pvec_tight.ORDERS)
+    assert np.allclose(split[integer, 0], direct_one[integer], rtol=1e-8)
+    direct_four, _ = pvec_tight.shift_by_one(4 * piece, 0.5)
+    assert np.all(split[:, 1] >= direct_four * (1 - 1e-9))

@@ -205,8 +205,8 @@ class PrivacyLedger:
                     "theorem": "seed 000 Theorem 3.2 / A.6",
                     **attr.asdict(entry.event),
                     "analysis_bound": (None if bound is None else {"epsilon": bound[0], "delta": bound[1]}),
-                    "tight_bound": {"epsilon": tight_epsilon, "delta": self.target[1], "order": order,
-                                    "delta_approx": tight.delta_approx},
+                    "tight_bound": {"scope": "one call, at the run's δ", "epsilon": tight_epsilon,
+                                    "delta": self.target[1], "order": order, "delta_approx": tight.delta_approx},
                 }
             )
         modes = {}

@@ -55,7 +55,8 @@ conversion (fully interactive runs); disjoint batches compose in parallel.
 
 Numerical error: sums are of positive terms with relative error below 1e-12
 (Boost's pmf, log/expm1); we add 1e-9 relative and 1e-15 absolute to every
-shift-by-one value, far above that error and far below the values (≥ 1e-10).
+shift-by-one value, far above that error (the errors are relative to the values).
+The series of step 3' is checked for cancellation and refuses pieces of small variance.
 """
 from __future__ import annotations
 
@@ -200,7 +201,13 @@ def split_shift_by_one(piece_trials: int, pieces: np.ndarray, p: float) -> tuple
 
     Returns:
       (bounds of shape (orders, len(pieces)), max of both directions; set-aside masses K·δ_a(piece)).
+
+    Raises:
+      ArithmeticError: a piece variance below 10⁴, or a sum that cancels beyond 10⁻⁶ of its
+        terms' magnitude (the series would no longer be an upper bound to rounding error).
     """
+    if piece_trials * p * (1.0 - p) < 1e4:
+        raise ArithmeticError(f"split pieces need variance ≥ 1e4, got {piece_trials * p * (1.0 - p):.3g}")
     pieces = np.asarray(pieces, dtype=np.longdouble)
     bound = np.zeros((ORDERS.size, pieces.size))
     set_aside = np.zeros(pieces.size)
@@ -215,7 +222,9 @@ def split_shift_by_one(piece_trials: int, pieces: np.ndarray, p: float) -> tuple
         for n in range(1, _SERIES_LENGTH):
             w[:, n] = (v[:, 1:n + 1] * j[1:n + 1] * w[:, n - 1::-1]).sum(axis=1) / n
         # E[S̄^α] = Σ_j α!/(α − j)!·w_j; the j ≥ 2 terms are the (small) excess over 1.
-        excess = np.maximum(_FALLING[:, 2:] @ w[:, 2:].T, 0.0)
+        excess = _FALLING[:, 2:] @ w[:, 2:].T
+        if np.any(excess < 1e-6 * (_FALLING[:, 2:] @ np.abs(w[:, 2:]).T)):
+            raise ArithmeticError("the moment series of a split shift cancels; use larger pieces")
         bound = np.maximum(bound, np.log1p(excess).astype(float) / (np.ceil(ORDERS)[:, None] - 1.0))
     return bound * (1.0 + _RELATIVE_MARGIN) + _ABSOLUTE_MARGIN, np.minimum(1.0, set_aside)
 
@@ -298,7 +307,7 @@ def pvec_rdp(users: int, dim: int, g: int, b_noise: int, p: float) -> PvecRdp:
     lows, tops, per_unit, outside = coordinate_bounds(trials, p, g)
     rdp = _vector_bound(dim, g, lows, tops, per_unit)
     # Σ_j |s_j| ≤ Σ_j (|a_j| + 1) ≤ √d·g + d pieces of shift one, each setting aside ≤ `outside`.
-    pieces = math.sqrt(dim) * g + dim
+    pieces = min(dim * g, math.sqrt(dim) * g + dim)
     return PvecRdp(ORDERS, rdp, min(1.0, pieces * outside))
 
 
@@ -403,6 +412,10 @@ def calibrate_pvec(users: int, dim: int, epsilon: float, delta: float, folds: in
     """
     if not (epsilon > 0.0 and 0.0 < delta < 1.0 and folds >= 1 and users >= 1 and dim >= 1):
         raise ValueError(f"cannot calibrate P_vec at n={users}, d={dim}, ε={epsilon}, δ={delta}, folds={folds}")
+    floor = rdp_to_dp(ORDERS, np.zeros(ORDERS.size), delta).epsilon
+    if epsilon <= floor:
+        raise ValueError(f"ε = {epsilon} is below {floor:.3g}, the least the orders up to {ORDERS.max():g} "
+                         f"can certify at δ = {delta}")
     sigma_g = gaussian_rdp_multiplier(epsilon, delta, folds)
     g = min(max_precision, max(math.ceil(20.0 * math.sqrt(dim)), math.ceil(2.0 * math.sqrt(users) / sigma_g), 16))
     variance = ((g + math.sqrt(dim)) * sigma_g) ** 2

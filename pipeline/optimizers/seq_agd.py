@@ -52,7 +52,7 @@ class SeqAGD(Optimizer):
     the output is θ^ag_{T+1} (Theorem 4.3 prints θ^ag_{t+1}: notes T16).
     L_t = ((T+2)^{3/2} σ/D + β)/(t+1) as printed (paper mode). Lan's Corollary 1
     has step sizes (t+1)/2·min(1/(4β), √6 D/(σ(T+2)^{3/2})), which the paper's
-    O-form drops; calibrated mode uses L_t = 2(4β + σ(T+2)^{3/2}/(√6 D))/(t+1).
+    O-form drops; calibrated mode uses them: L_t = 2·max(4β, σ(T+2)^{3/2}/(√6 D))/(t+1).
 
     Attributes:
       problem: a β-smooth problem.
@@ -89,8 +89,10 @@ class SeqAGD(Optimizer):
         exact σ(B). T = ⌊n/B⌋.
 
         Raises:
-          ConfigError: a non-smooth problem, or rounds × batch_size > n.
+          ConfigError: a non-smooth problem, a step size (AC-SA's follow L_t), or rounds × batch_size > n.
         """
+        if step_size is not None:
+            raise ConfigError("optimizer.step_size", step_size, f"does not apply to optimizer {cls.name} (L_t sets it)")
         if not math.isfinite(problem.smoothness):
             raise ConfigError("optimizer.name", cls.name, f"needs a smooth loss (Theorem 4.3); {problem.name} is not")
         d, lipschitz, beta, diameter = problem.dim, problem.lipschitz, problem.smoothness, problem.diameter
@@ -127,7 +129,7 @@ class SeqAGD(Optimizer):
         growth = (self.rounds + 2) ** 1.5 * self.sigma / self.problem.diameter
         if self.parameters == PAPER:
             return (growth + self.problem.smoothness) / (t + 1)
-        return 2.0 * (4.0 * self.problem.smoothness + growth / math.sqrt(6.0)) / (t + 1)
+        return 2.0 * max(4.0 * self.problem.smoothness, growth / math.sqrt(6.0)) / (t + 1)
 
     def init(self) -> AcsaState:
         zero = np.zeros(self.problem.dim)
