@@ -302,7 +302,8 @@ def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridS
                 del started[run_id]
                 summary.finished.append(row)
                 note = f"{run_id} {item.config['optimizer.name']} n={item.config['n_users']} " \
-                       f"eps={item.config['privacy.epsilon']:g}: excess loss {row['final_excess_loss']:.4g}"
+                       f"eps={item.config['privacy.epsilon']:g} {item.config['privacy.accounting']}: " \
+                       f"excess loss {row['final_excess_loss']:.4g}"
             except Exception as err:  # one failing run does not stop the grid
                 del started[run_id]
                 fail_run(item, wall_s, mlflow_run_id, tracker, store)

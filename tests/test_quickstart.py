@@ -60,7 +60,9 @@ def test_quickstart_runs_are_in_mlflow_with_params_metrics_and_artifacts(quickst
     assert len(steps) > 100 and steps == sorted(steps)
     assert {a.path for a in client.list_artifacts(sgd.info.run_id)} == {"ledger.json", "config.yaml", "rounds.parquet"}
     ledger = json.loads(Path(client.download_artifacts(sgd.info.run_id, "ledger.json")).read_text())
-    assert ledger["accounting"]["paper"]["checks"] == {
+    mode = sgd.data.params["privacy.accounting"]
+    assert ledger["accounting_mode"] == mode and set(ledger["accounting"]) == {"paper", "tight"}
+    assert ledger["accounting"][mode]["checks"] == {
         "disjoint_batches": True, "within_target": True, "exact_noise_sampler": True}
 
 
@@ -93,12 +95,17 @@ def test_rerun_skips_finished_runs_and_redoes_interrupted_ones(quickstart, capsy
 def test_ledger_command_prints_every_grid_point(capsys):
     assert cli.main(["ledger", str(QUICKSTART)]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert len(printed["runs"]) == 4 and all(p["seeds"] == [0, 1] for p in printed["runs"])
+    assert len(printed["runs"]) == 8 and all(p["seeds"] == [0] for p in printed["runs"])
     for point in printed["runs"]:
-        paper = point["ledger"]["accounting"]["paper"]
-        assert paper["epsilon"] <= point["config"]["privacy.epsilon"] and paper["checks"]["within_target"]
+        mode = point["config"]["privacy.accounting"]
+        spent = point["ledger"]["accounting"][mode]
+        assert spent["epsilon"] <= point["config"]["privacy.epsilon"] and spent["checks"]["within_target"]
+        # Both accountants read every call; the tight one never claims more than the paper's where both apply.
+        tight, paper = (point["ledger"]["accounting"][m]["epsilon"] for m in ("tight", "paper"))
+        assert paper is None or tight <= paper
         for event in point["ledger"]["events"]:
-            assert {"users", "dim", "epsilon", "delta", "g", "b_noise", "p", "analysis_bound"} <= set(event)
+            assert {"users", "dim", "epsilon", "delta", "g", "b_noise", "p", "analysis_bound",
+                    "tight_bound", "calibration"} <= set(event)
 
 
 def test_report_draws_the_figures_and_logs_them_to_mlflow(quickstart, capsys):
@@ -111,7 +118,8 @@ def test_report_draws_the_figures_and_logs_them_to_mlflow(quickstart, capsys):
     for name in names:
         assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     slopes = pd.read_csv(folder / "slopes.csv")
-    assert len(slopes) == 4 and {"measured_slope", "theory_slope"} <= set(slopes.columns)
+    # One series per optimizer, ε and accounting mode (a single n here: slopes need more, so they are NaN).
+    assert len(slopes) == 8 and {"measured_slope", "theory_slope"} <= set(slopes.columns)
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("quickstart")
     reports = client.search_runs([experiment.experiment_id], filter_string="tags.pipeline_report = 'true'")
