@@ -122,9 +122,9 @@ class Absolute(FiniteBallProblem):
 
     @functools.cached_property
     def optimum(self) -> np.ndarray:
-        optimum = coordinate_minimizers(self.support, self.weights, 0.0)
-        if not np.linalg.norm(optimum) < self.radius:  # proven (class docstring); guard anyway
-            raise AssertionError("the weighted median left the ball")
+        optimum = coordinate_minimizers(self.support, self.weights, self.strong_convexity)
+        if not np.linalg.norm(optimum) < self.radius:  # proven (class docstrings); guard anyway
+            raise AssertionError("the optimum left the ball")
         optimum.flags.writeable = False  # cached: nobody may change θ*
         return optimum
 

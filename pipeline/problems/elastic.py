@@ -3,19 +3,18 @@ strongly convex, Lipschitz on the ball, not smooth, with a closed-form prox."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import ClassVar
 
 import numpy as np
 
-from pipeline.problems.absolute import coordinate_minimizers
-from pipeline.problems.finite import FiniteBallProblem, finite_support
+from pipeline.problems.absolute import Absolute
 
 
 @dataclasses.dataclass(frozen=True)
-class Elastic(FiniteBallProblem):
-    """ℓ(θ, x) = Σ_j |θ_j − x_j| + (λ/2)‖θ‖₂² on Θ = {‖θ‖₂ ≤ R}, λ = `regularization` (1 by default).
+class Elastic(Absolute):
+    """ℓ(θ, x) = Σ_j |θ_j − x_j| + (λ/2)‖θ‖₂² on Θ = {‖θ‖₂ ≤ R}, λ = `regularization` (1 by default):
+    `Absolute` plus a ridge term, on the same kind of data (its own draw).
 
     Data: a fixed distribution on K = 64 points with ‖x‖₂ ≤ R/2 and unequal weights
     (`finite.finite_support`, drawn from ``default_rng([3, d])`` and scaled by R);
@@ -47,8 +46,6 @@ class Elastic(FiniteBallProblem):
       regularization: λ > 0.
     """
 
-    dim: int
-    radius: float
     regularization: float = 1.0
     name: ClassVar[str] = "elastic"
     tag: ClassVar[int] = 3  # seeds the distribution's generator together with d
@@ -62,28 +59,8 @@ class Elastic(FiniteBallProblem):
         return math.sqrt(self.dim) + self.regularization * self.radius
 
     @property
-    def smoothness(self) -> float:
-        return math.inf
-
-    @property
     def strong_convexity(self) -> float:
         return self.regularization
-
-    @property
-    def data_norm_bound(self) -> float:
-        return self.radius / 2.0
-
-    @functools.cached_property
-    def _distribution(self) -> tuple[np.ndarray, np.ndarray]:
-        return finite_support(self.tag, self.dim, self.radius)
-
-    @functools.cached_property
-    def optimum(self) -> np.ndarray:
-        optimum = coordinate_minimizers(self.support, self.weights, self.regularization)
-        if not np.linalg.norm(optimum) < self.radius:  # proven (class docstring); guard anyway
-            raise AssertionError("the optimum left the ball")
-        optimum.flags.writeable = False  # cached: nobody may change θ*
-        return optimum
 
     def losses(self, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
         """Per-user losses ℓ(θ, x_i), shape (count,)."""
