@@ -82,7 +82,8 @@ def test_ray_job_submit_runs_a_grid_into_the_tracking_server(loopback_cluster):
     submitted = subprocess.run(
         [str(BIN / "ray"), "job", "submit", "--working-dir", str(ROOT), "--",
          "python", "-m", "pipeline", "run", "experiments/quickstart.yaml", "--set", "n_users=20000",
-         "--set", "seeds=[0]", "--out", str(out), "--set", f"tracking.mlflow_uri={cluster['mlflow']}"],
+         "--set", "grid.privacy.accounting=[tight]", "--out", str(out),
+         "--set", f"tracking.mlflow_uri={cluster['mlflow']}"],
         cwd=ROOT, env={**cluster["env"], "RAY_ADDRESS": cluster["dashboard"]},
         capture_output=True, text=True, timeout=600)
     assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
