@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import bisect
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -111,6 +111,21 @@ class Schedule:
             round_index, first, first + group.users, group.epsilon, group.delta, group.norm_bound, self.inputs,
             group.folds,
         )
+
+
+def best_batch_size(n_users: int, bound: Callable[[int], float]) -> int:
+    """The batch size in [1, n] that minimizes an explicit utility bound, over 60
+    log-spaced candidates (calibrated parameter mode).
+
+    Args:
+      n_users: n.
+      bound: the bound as a function of the batch size B.
+
+    Returns:
+      The minimizing B.
+    """
+    candidates = sorted({max(1, round(size)) for size in np.geomspace(1, n_users, 60)})
+    return min(candidates, key=bound)
 
 
 class Optimizer(abc.ABC):

@@ -10,7 +10,7 @@ import numpy as np
 from pipeline.accounting.ledger import SEQUENTIAL
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
-from pipeline.optimizers.base import Optimizer, RoundGroup, Schedule
+from pipeline.optimizers.base import Optimizer, RoundGroup, Schedule, best_batch_size
 from pipeline.problems.base import Problem
 from pipeline.problems.smoothed import MoreauSmoothed, require_prox
 from pipeline.protocols import cjmp
@@ -105,8 +105,7 @@ class SeqAGD(Optimizer):
                     steps = n_users // size
                     sigma = oracle_std(problem, size, n_users, epsilon, delta, accounting, parameters)
                     return beta * diameter**2 / steps**2 + diameter * sigma / math.sqrt(steps)
-                candidates = sorted({max(1, round(size)) for size in np.geomspace(1, n_users, 60)})
-                batch_size = min(candidates, key=bound)
+                batch_size = best_batch_size(n_users, bound)
             batch_size = min(max(1, batch_size), n_users)
         elif batch_size > n_users:
             raise ConfigError("optimizer.batch_size", batch_size, f"must be ≤ n_users = {n_users}")

@@ -5,13 +5,11 @@ import dataclasses
 import math
 from typing import ClassVar
 
-import numpy as np
-
 from pipeline.accounting.ledger import SEQUENTIAL
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.averaged import AveragedProjectedDescent
-from pipeline.optimizers.base import RoundGroup, Schedule
+from pipeline.optimizers.base import RoundGroup, Schedule, best_batch_size
 from pipeline.problems.base import Problem
 from pipeline.protocols import cjmp
 
@@ -68,8 +66,7 @@ class SeqSGD(AveragedProjectedDescent):
         if batch_size is None and parameters == "paper":
             batch_size = min(max(1, math.ceil(log_term / epsilon)), n_users)
         elif batch_size is None:
-            candidates = sorted({max(1, round(size)) for size in np.geomspace(1, n_users, 60)})
-            batch_size = min(candidates, key=lambda size: lipschitz_g(size) / math.sqrt(n_users // size))
+            batch_size = best_batch_size(n_users, lambda size: lipschitz_g(size) / math.sqrt(n_users // size))
         elif batch_size > n_users:
             raise ConfigError("optimizer.batch_size", batch_size, f"must be ≤ n_users = {n_users}")
         if rounds is None:
