@@ -185,7 +185,7 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
     rounds = pd.DataFrame({
         "run_id": run.run_id,
         "round": [r.plan.round for r in records],
-        "users_in_round": [r.plan.users for r in records],
+        "users_in_round": [r.users for r in records],
         "excess_loss": [r.excess_loss for r in records],
         "population_loss": [r.population_loss for r in records],
         "epsilon_spent": [s[0] for s in spent],

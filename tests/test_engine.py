@@ -63,9 +63,10 @@ class _CountingPool(LocalPool):
         for shard in self.shards:
             original = shard._input_chunks
 
-            def spy(plan, theta, first, stop, original=original):
-                self.uses[first:stop] += 1
-                return original(plan, theta, first, stop)
+            def spy(plan, theta, users, original=original, offset=shard.first_user):
+                positions = np.arange(users.start, users.stop) if isinstance(users, slice) else users
+                np.add.at(self.uses, positions + offset, 1)
+                return original(plan, theta, users)
 
             shard._input_chunks = spy
 

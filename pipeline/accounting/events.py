@@ -30,3 +30,111 @@ class PvecDpEvent(dp_event.DpEvent):
     p: float
     noise_sampler: str
     calibration: str = "paper"
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class GaussianSumDpEvent(dp_event.DpEvent):
+    """The Gaussian mechanism on the exact sum of a round's inputs (trusted curator).
+
+    Attributes:
+      users: the users whose inputs are summed (all of the round's users, or
+        the k sampled from `population` when `population` > `users`).
+      population: the users the round samples from (= users when not sampled).
+      dim: d.
+      sensitivity: Δ₂ of the sum under replacing one user (2·norm bound).
+      sigma: the standard deviation of the noise added to each coordinate of the sum.
+    """
+
+    users: int
+    population: int
+    dim: int
+    sensitivity: float
+    sigma: float
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class PoissonGaussianDpEvent(dp_event.DpEvent):
+    """The Gaussian mechanism on the sum of a Poisson sample (DP-SGD, Abadi et al. 2016).
+
+    Attributes:
+      population: n, each of whom joins independently with probability `rate`.
+      rate: q.
+      dim: d.
+      sensitivity: Δ₂ of the sum under replacing one user (2·norm bound).
+      sigma: the noise standard deviation per coordinate of the sum.
+    """
+
+    population: int
+    rate: float
+    dim: int
+    sensitivity: float
+    sigma: float
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class ShuffleGaussianDpEvent(dp_event.DpEvent):
+    """Every user adds N(0, σ²I) to its input and a shuffler permutes the reports (seed 004, Def. 4).
+
+    Attributes:
+      users: the reports shuffled together.
+      population: the users sampled from (= users when not sampled).
+      dim: d.
+      sensitivity: Δ₂ between a user's input and its replacement (2·norm bound).
+      sigma: each user's noise standard deviation per coordinate.
+    """
+
+    users: int
+    population: int
+    dim: int
+    sensitivity: float
+    sigma: float
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class ShuffleLdpDpEvent(dp_event.DpEvent):
+    """Every user sends one ε0-LDP message per stream; each stream is shuffled (seed 001, §3.2).
+
+    Attributes:
+      users: the users of the round (uniform sample) or the population (Poisson sample).
+      population: the users sampled from.
+      sampling: "all", "uniform" (users of population, without replacement) or
+        "poisson" (each of population joins with probability `rate`).
+      rate: the Poisson rate (0 otherwise).
+      stream_epsilons: the actual local ε0 of each stream's message (notes trap 2).
+      randomizer: which local randomizer (e.g. "girgis_l2").
+      bits_per_user: message bits one user sends.
+    """
+
+    users: int
+    population: int
+    sampling: str
+    rate: float
+    stream_epsilons: tuple
+    randomizer: str
+    bits_per_user: int
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class LocalDpEvent(dp_event.DpEvent):
+    """Every user releases one ε0-LDP report, unshuffled (local model).
+
+    Attributes:
+      users: the users of the round.
+      epsilon0: the randomizer's pure local ε0.
+      randomizer: which local randomizer.
+    """
+
+    users: int
+    epsilon0: float
+    randomizer: str
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class ExactSumDpEvent(dp_event.DpEvent):
+    """A round that releases an exact statistic of its users: no privacy.
+
+    Attributes:
+      users: the users of the round.
+    """
+
+    users: int

@@ -24,7 +24,7 @@ import math
 
 import attr
 
-from pipeline.accounting import paper, pvec_tight
+from pipeline.accounting import mechanisms, paper, pvec_tight
 from pipeline.accounting.events import PvecDpEvent
 
 SEQUENTIAL = "sequential"
@@ -38,6 +38,10 @@ _RULES = {
     (PAPER, FULLY_INTERACTIVE): "advanced composition, Dwork-Rothblum-Vadhan 2010 (seed 000, Lemma B.6 / Theorem 4.9)",
     (TIGHT, SEQUENTIAL): "parallel composition over disjoint batches: the worst round's RDP bound, converted",
     (TIGHT, FULLY_INTERACTIVE): "RDP composition: the rounds' curves added, then converted once",
+}
+_COMPANION_RULES = {
+    SEQUENTIAL: "parallel composition over disjoint batches: the worst call's bound, at the run's δ",
+    FULLY_INTERACTIVE: "RDP composition: the calls' curves added, then converted once (CKS20 Prop. 12)",
 }
 _TIGHT_METHOD = ("δ-approximate RDP of the count vector: shifted binomials bounded exactly per coordinate, "
                  "summed under the worst shift vector (pipeline.accounting.pvec_tight); converted by "
@@ -118,9 +122,10 @@ class PrivacyLedger:
         """
         if round_index != self._rounds:
             raise LedgerError(f"round {round_index} recorded after {self._rounds} rounds")
-        if event.users != stop_user - first_user:
-            raise LedgerError(f"round {round_index}: a call over {event.users} users for {stop_user - first_user} users")
-        if self.accounting == PAPER:
+        users = event.population if hasattr(event, "population") else event.users
+        if users != stop_user - first_user:
+            raise LedgerError(f"round {round_index}: a call over {users} users for {stop_user - first_user} users")
+        if self.accounting == PAPER and isinstance(event, PvecDpEvent):
             try:
                 paper.pvec_analysis_bound(event)
             except ValueError as error:
@@ -156,10 +161,14 @@ class PrivacyLedger:
           accounting: PAPER or TIGHT; the run's own mode by default.
 
         Returns:
-          (ε, δ); ε = inf in paper mode when a call is outside Theorem 3.2.
+          (ε, δ); ε = inf in paper mode when a call is outside Theorem 3.2,
+          and for a non-private run.
         """
         covered = self._covered(round_index)
-        if (accounting or self.accounting) == TIGHT:
+        mode = accounting or self.accounting
+        if not isinstance(covered[0][0], PvecDpEvent):
+            return self._companion_spent(covered, mode)
+        if mode == TIGHT:
             return self._tight_spent(covered)
         bounds = [paper_bound(event) for event, _ in covered]
         if any(bound is None for bound in bounds):
@@ -171,6 +180,30 @@ class PrivacyLedger:
             raise LedgerError("advanced composition here needs one per-round budget; got several")
         epsilon0, delta0 = budgets.pop()
         return paper.advanced_composition(epsilon0, delta0, round_index + 1, self.slack)
+
+    def _companion_spent(self, covered: list[tuple[object, int]], mode: str) -> tuple[float, float]:
+        """(ε, δ) at the target δ of the companion mechanisms (pipeline.accounting.mechanisms)."""
+        delta = self.target[1]
+        call = mechanisms.tight_call if mode == TIGHT else mechanisms.paper_call
+        if self.composition == SEQUENTIAL:
+            return max(self._single_epsilon(e, call, mode) for e, _ in covered), delta
+        if mode == TIGHT:
+            exact = mechanisms.exact_composition(covered, delta)
+            if exact is not None:
+                return exact, delta
+        curves = [(call(e), count) for e, count in covered]
+        pure = (None if any(c.pure_epsilon is None for c, _ in curves)
+                else sum(count * c.pure_epsilon for c, count in curves))  # basic composition
+        if any(c.rdp is None for c, _ in curves):
+            return pure, delta
+        return mechanisms.CallCurve(sum(count * c.rdp for c, count in curves), pure, "").epsilon(delta), delta
+
+    def _single_epsilon(self, event, call, mode: str) -> float:
+        """One call's ε at the target δ (the tight mode also tries its exact form)."""
+        delta = self.target[1]
+        epsilon = call(event).epsilon(delta)
+        exact = mechanisms.exact_composition([(event, 1)], delta) if mode == TIGHT else None
+        return epsilon if exact is None else min(epsilon, exact)
 
     def _tight_spent(self, covered: list[tuple[PvecDpEvent, int]]) -> tuple[float, float]:
         """Tight (ε, δ) at the target δ: the worst round (sequential) or the added curves (fully interactive)."""
@@ -191,40 +224,66 @@ class PrivacyLedger:
         epsilon, delta = self.total()
         return epsilon <= self.target[0] and delta <= self.target[1]
 
+    @property
+    def _pvec(self) -> bool:
+        return not self._entries or isinstance(self._entries[0].event, PvecDpEvent)
+
+    def _method(self, mode: str) -> str:
+        """How the mode bounds each call."""
+        if self._pvec:
+            return _TIGHT_METHOD
+        call = mechanisms.tight_call if mode == TIGHT else mechanisms.paper_call
+        rules = sorted({call(entry.event).rule for entry in self._entries})
+        exact = (mode == TIGHT and self.composition == FULLY_INTERACTIVE
+                 and mechanisms.exact_composition([(e.event, 1) for e in self._entries], self.target[1]) is not None)
+        return "; ".join(rules) + ("; composed exactly (GDP) or by PLD" if exact else "")
+
+    def _event_dict(self, entry: _Entry) -> dict:
+        """One entry as JSON-ready data, with each mode's bound of one call at the run's δ."""
+        delta = self.target[1]
+        head = {"rounds": [entry.first_round, entry.first_round + entry.rounds]}
+        if not isinstance(entry.event, PvecDpEvent):
+            fields = {k: (list(v) if isinstance(v, tuple) else v) for k, v in attr.asdict(entry.event).items()}
+            bounds = {}
+            for name, call in (("analysis_bound", mechanisms.paper_call), ("tight_bound", mechanisms.tight_call)):
+                epsilon = self._single_epsilon(entry.event, call, TIGHT if name == "tight_bound" else PAPER)
+                bounds[name] = {"scope": "one call, at the run's δ", "epsilon": epsilon if math.isfinite(epsilon) else None,
+                                "delta": delta, "rule": call(entry.event).rule}
+            return {**head, "mechanism": type(entry.event).__name__.removesuffix("DpEvent"), **fields, **bounds}
+        bound = paper_bound(entry.event)
+        tight = tight_bound(entry.event)
+        tight_epsilon, _, order = pvec_tight.composed_epsilon(tight, 1, delta)
+        return {
+            **head,
+            "mechanism": "P_vec",
+            "theorem": "seed 000 Theorem 3.2 / A.6",
+            **attr.asdict(entry.event),
+            "analysis_bound": (None if bound is None else {"epsilon": bound[0], "delta": bound[1]}),
+            "tight_bound": {"scope": "one call, at the run's δ", "epsilon": tight_epsilon,
+                            "delta": delta, "order": order, "delta_approx": tight.delta_approx},
+        }
+
     def to_dict(self) -> dict:
         """The ledger as JSON-ready data (no user ids or ranges); both modes, the run's first."""
-        events = []
-        for entry in self._entries:
-            bound = paper_bound(entry.event)
-            tight = tight_bound(entry.event)
-            tight_epsilon, _, order = pvec_tight.composed_epsilon(tight, 1, self.target[1])
-            events.append(
-                {
-                    "rounds": [entry.first_round, entry.first_round + entry.rounds],
-                    "mechanism": "P_vec",
-                    "theorem": "seed 000 Theorem 3.2 / A.6",
-                    **attr.asdict(entry.event),
-                    "analysis_bound": (None if bound is None else {"epsilon": bound[0], "delta": bound[1]}),
-                    "tight_bound": {"scope": "one call, at the run's δ", "epsilon": tight_epsilon,
-                                    "delta": self.target[1], "order": order, "delta_approx": tight.delta_approx},
-                }
-            )
+        events = [self._event_dict(entry) for entry in self._entries]
         modes = {}
         for mode in sorted(ACCOUNTING_MODES, key=lambda m: m != self.accounting):
             epsilon, delta = self.total(mode)
             modes[mode] = {
                 "epsilon": epsilon if math.isfinite(epsilon) else None,
                 "delta": delta,
-                "rule": _RULES[(mode, self.composition)],
-                **({"method": _TIGHT_METHOD} if mode == TIGHT else {}),
+                "rule": _RULES[(mode, self.composition)] if self._pvec else _COMPANION_RULES[self.composition],
+                **({"method": self._method(mode)} if mode == TIGHT or not self._pvec else {}),
                 **({"slack": self.slack} if mode == PAPER and self.composition == FULLY_INTERACTIVE else {}),
-                **({"not_covered": "a call is outside Theorem 3.2's conditions (tight-calibrated noise)"}
+                **({"not_covered": "a call is outside Theorem 3.2's conditions (tight-calibrated noise)"
+                    if self._pvec else "a non-private call: nothing is protected"}
                    if not math.isfinite(epsilon) else {}),
                 "checks": {
                     # record() refuses overlapping batches, so this holds when present.
                     **({"disjoint_batches": True} if self.composition == SEQUENTIAL else {}),
                     "within_target": epsilon <= self.target[0] and delta <= self.target[1],
-                    "exact_noise_sampler": all(e.event.noise_sampler == "binomial" for e in self._entries),
+                    "exact_noise_sampler": all(getattr(e.event, "noise_sampler", "binomial") == "binomial"
+                                               for e in self._entries),
                 },
             }
         return {

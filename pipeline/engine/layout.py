@@ -12,6 +12,8 @@ DATA_STREAM = 0  # (DATA_STREAM, block): the block's users' data points
 ROUND_STREAM = 1  # (ROUND_STREAM, round, block): the randomizers of a round
 SCATTER_STREAM = 2  # (SCATTER_STREAM, round, shard): literal shuffle, stage 1
 PERMUTE_STREAM = 3  # (PERMUTE_STREAM, round, shard): literal shuffle, stage 2
+SAMPLE_STREAM = 4  # (SAMPLE_STREAM, round[, block]): who of a sampled round's population answers
+NOISE_STREAM = 5  # (NOISE_STREAM, round): a central curator's noise, added to the merged total
 
 
 def stream(seed: int, *key: int) -> np.random.Generator:
@@ -61,3 +63,45 @@ class BlockLayout:
         count = min(shards, self.n_blocks)
         bounds = [round(i * self.n_blocks / count) for i in range(count + 1)]
         return [(bounds[i], bounds[i + 1]) for i in range(count)]
+
+
+def sampled_users(layout: BlockLayout, seed: int, plan, blocks: range) -> dict[int, np.ndarray]:
+    """The users of a sampled round that live in `blocks`, drawn so that the
+    draw is the same whichever blocks (shard) ask.
+
+    Uniform (k of the population, without replacement): how many fall in each
+    block is one multivariate hypergeometric draw keyed by the round, shared by
+    all shards; which users of a block is a uniform subset keyed by (round,
+    block). Together a uniform k-subset. Poisson: a Binomial(block users, q)
+    count and a uniform subset of that size per block, i.e. independent
+    Bernoulli(q) memberships.
+
+    Args:
+      layout: the run's blocks.
+      seed: the run's seed.
+      plan: the round (sampling "uniform" or "poisson", population [first_user, stop_user)).
+      blocks: the blocks asked about.
+
+    Returns:
+      block → sorted user ids of the sample in that block (absent: none).
+    """
+    population = layout.blocks_overlapping(plan.first_user, plan.stop_user)
+
+    def span(block: int) -> tuple[int, int]:
+        first, stop = layout.block_users(block)
+        return max(first, plan.first_user), min(stop, plan.stop_user)
+
+    if plan.sampling == "uniform":
+        sizes = np.array([stop - first for first, stop in map(span, population)], dtype=np.int64)
+        counts = dict(zip(population, stream(seed, SAMPLE_STREAM, plan.round).multivariate_hypergeometric(
+            sizes, plan.sample_size, method="marginals" if sizes.sum() > 10**6 else "count")))
+    chosen = {}
+    for block in blocks:
+        if block not in population:
+            continue
+        first, stop = span(block)
+        rng = stream(seed, SAMPLE_STREAM, plan.round, block)
+        count = counts[block] if plan.sampling == "uniform" else rng.binomial(stop - first, plan.rate)
+        if count:
+            chosen[block] = first + np.sort(rng.choice(stop - first, size=count, replace=False))
+    return chosen

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.engine.job import EXACT, RunJob
+from pipeline.engine.layout import NOISE_STREAM, stream
 from pipeline.engine.rounds import RoundRecord, execute_rounds
 from pipeline.optimizers.base import RoundPlan
 from pipeline.protocols.cjmp import PartialCounts, PvecParams, ShuffledCounts
@@ -57,7 +58,8 @@ class ShardPool(abc.ABC):
         """The analyzer's statistic of a round that spans shards."""
         protocol = self.job.protocol
         if self.job.simulation == EXACT:
-            return protocol.finish(params, self.total_counts(plan, params, theta))
+            return protocol.finish(params, self.total_counts(plan, params, theta),
+                                   stream(self.job.seed, NOISE_STREAM, plan.round))
         shuffled = self.shuffle_messages(plan, params, theta)
         labels = np.concatenate([part[0] for part in shuffled])
         bits = np.concatenate([part[1] for part in shuffled])

@@ -22,6 +22,7 @@ class RoundRecord:
 
     plan: RoundPlan
     params: PvecParams
+    users: int
     excess_loss: float
     population_loss: float
     seconds: float
@@ -49,12 +50,15 @@ def execute_rounds(job: Any, state: Any, start: int, stop: int, collect: Collect
         params = job.protocol.plan(plan, job.problem.dim)
         counts = collect(plan, params, job.optimizer.query(state))
         noisy_sum = job.protocol.decode(params, counts)
-        state = job.optimizer.update(state, noisy_sum / plan.users)
+        # A Poisson or self-sampled round can be empty: the optimizer is told so (None).
+        count = job.protocol.released_count(params, counts)
+        state = job.optimizer.update(state, noisy_sum / count if count > 0 else None)
         released = job.optimizer.output(state)
         records.append(
             RoundRecord(
                 plan,
                 params,
+                counts.users,
                 job.problem.excess_loss(released),
                 job.problem.population_loss(released),
                 time.perf_counter() - began,

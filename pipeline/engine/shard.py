@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.engine.job import RunJob
-from pipeline.engine.layout import DATA_STREAM, PERMUTE_STREAM, ROUND_STREAM, SCATTER_STREAM, stream
+from pipeline.engine.layout import (DATA_STREAM, NOISE_STREAM, PERMUTE_STREAM, ROUND_STREAM, SCATTER_STREAM,
+                                    sampled_users, stream)
 from pipeline.engine.rounds import RoundRecord, execute_rounds
 from pipeline.optimizers.base import DATA, RoundPlan
 from pipeline.protocols.cjmp import PartialCounts, PvecParams, RoundingWorkspace
@@ -53,31 +54,41 @@ class Shard:
         """How many users this shard holds (also a readiness probe for actors)."""
         return self.stop_user - self.first_user
 
-    def _input_chunks(self, plan: RoundPlan, theta: np.ndarray, first: int, stop: int):
-        """The inputs of users [first, stop), chunk by chunk, as contiguous
-        (d, users) views of one reused buffer (each chunk is consumed before
-        the next is made). The protocol's randomizer clips them to its bound."""
-        for low in range(first, stop, self._step):
-            high = min(low + self._step, stop)
-            users = self.data[:, low - self.first_user: high - self.first_user]
-            out = self._buffer[: self.dim * (high - low)].reshape(self.dim, high - low)
+    def _input_chunks(self, plan: RoundPlan, theta: np.ndarray, users: slice | np.ndarray):
+        """The inputs of some of this shard's users (a slice of shard positions, or
+        their positions), chunk by chunk, as contiguous (d, users) views of one
+        reused buffer (each chunk is consumed before the next is made). The
+        protocol's randomizer clips them to its bound."""
+        positions = np.arange(users.start, users.stop) if isinstance(users, slice) else users
+        for low in range(0, positions.size, self._step):
+            part = positions[low: low + self._step]
+            columns = slice(part[0], part[-1] + 1) if isinstance(users, slice) else part
+            data = self.data[:, columns]
+            out = self._buffer[: self.dim * part.size].reshape(self.dim, part.size)
             if plan.inputs == DATA:
-                np.copyto(out, users)
+                np.copyto(out, data)
             else:
-                self.job.problem.gradients(theta, users, out=out)
+                self.job.problem.gradients(theta, data, out=out)
             yield out
 
-    def _inputs(self, plan: RoundPlan, theta: np.ndarray, first: int, stop: int) -> np.ndarray:
-        """The inputs of users [first, stop) as one (d, users) array."""
-        return np.concatenate([chunk.copy() for chunk in self._input_chunks(plan, theta, first, stop)], axis=1)
+    def _inputs(self, plan: RoundPlan, theta: np.ndarray, users: slice | np.ndarray) -> np.ndarray:
+        """The inputs of some of this shard's users as one (d, users) array."""
+        return np.concatenate([chunk.copy() for chunk in self._input_chunks(plan, theta, users)], axis=1)
 
     def _block_slices(self, plan: RoundPlan):
-        """(block, first user, stop user) of the round's users in this shard."""
+        """(block, shard positions) of the round's users in this shard: a slice,
+        or for a sampled round the sampled users' positions (possibly none)."""
+        if plan.sampling != "all":
+            chosen = sampled_users(self.job.layout, self.job.seed, plan, self.blocks)
+            for block in self.job.layout.blocks_overlapping(max(plan.first_user, self.first_user),
+                                                            min(plan.stop_user, self.stop_user)):
+                yield block, chosen.get(block, np.zeros(0, np.int64)) - self.first_user
+            return
         first = max(plan.first_user, self.first_user)
         stop = min(plan.stop_user, self.stop_user)
         for block in self.job.layout.blocks_overlapping(first, stop):
             block_first, block_stop = self.job.layout.block_users(block)
-            yield block, max(first, block_first), min(stop, block_stop)
+            yield block, slice(max(first, block_first) - self.first_user, min(stop, block_stop) - self.first_user)
 
     def partial_counts(self, plan: RoundPlan, params: PvecParams, theta: np.ndarray) -> PartialCounts | None:
         """Exact mode: this shard's users' share of the round's statistic.
@@ -94,10 +105,10 @@ class Shard:
         """
         parts = [
             self.job.protocol.encode_block(
-                params, self._input_chunks(plan, theta, first, stop),
+                params, self._input_chunks(plan, theta, users),
                 stream(self.job.seed, ROUND_STREAM, plan.round, block), self._work,
             )
-            for block, first, stop in self._block_slices(plan)
+            for block, users in self._block_slices(plan)
         ]
         return self.job.protocol.merge(parts) if parts else None
 
@@ -117,7 +128,9 @@ class Shard:
           (state, records), as execute_rounds.
         """
         def collect(plan, params, theta):
-            return self.job.protocol.finish(params, self.partial_counts(plan, params, theta))
+            protocol = self.job.protocol
+            return protocol.finish(params, self.partial_counts(plan, params, theta),
+                                   stream(self.job.seed, NOISE_STREAM, plan.round))
 
         return execute_rounds(self.job, state, start, stop, collect)
 
@@ -135,10 +148,10 @@ class Shard:
         """
         parts = [
             self.job.protocol.encode_messages(
-                params, self._inputs(plan, theta, first, stop),
+                params, self._inputs(plan, theta, users),
                 stream(self.job.seed, ROUND_STREAM, plan.round, block),
             )
-            for block, first, stop in self._block_slices(plan)
+            for block, users in self._block_slices(plan)
         ]
         if not parts:
             empty = (np.zeros(0, np.int32), np.zeros(0, np.uint8))

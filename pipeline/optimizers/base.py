@@ -36,6 +36,10 @@ class RoundGroup:
       folds: how many calls share this budget by composition: 1 when the budget
         is each call's own, T when the protocol is calibrated so that T calls
         over the same users together meet it (tight-mode P_GD).
+      sampling: "all" (every one of the `users`), "uniform" (`sample_size` of
+        them, without replacement) or "poisson" (each with probability `rate`),
+        drawn afresh each round.
+      sample_size, rate: the sampling's parameter.
     """
 
     rounds: int
@@ -46,11 +50,15 @@ class RoundGroup:
     delta: float
     norm_bound: float
     folds: int = 1
+    sampling: str = "all"
+    sample_size: int = 0
+    rate: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
 class RoundPlan:
-    """One round: its users [first_user, stop_user), budget and input kind."""
+    """One round: its population [first_user, stop_user), who of them answer
+    (all, or a fresh sample), the budget and the input kind."""
 
     round: int
     first_user: int
@@ -60,10 +68,20 @@ class RoundPlan:
     norm_bound: float
     inputs: str
     folds: int = 1
+    sampling: str = "all"
+    sample_size: int = 0
+    rate: float = 0.0
+
+    @property
+    def population(self) -> int:
+        """The users the round may ask."""
+        return self.stop_user - self.first_user
 
     @property
     def users(self) -> int:
-        return self.stop_user - self.first_user
+        """The users the call is planned for: the sample size when sampled
+        uniformly, else the population (a Poisson sample's size is random)."""
+        return self.sample_size if self.sampling == "uniform" else self.population
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +127,7 @@ class Schedule:
         first = group.first_user + (round_index - self._starts[at]) * group.user_stride
         return RoundPlan(
             round_index, first, first + group.users, group.epsilon, group.delta, group.norm_bound, self.inputs,
-            group.folds,
+            group.folds, group.sampling, group.sample_size, group.rate,
         )
 
 

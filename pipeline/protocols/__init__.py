@@ -7,7 +7,7 @@ from __future__ import annotations
 import attr
 
 from pipeline.accounting.events import PvecDpEvent
-from pipeline.protocols import cjmp
+from pipeline.protocols import cjmp, sums
 
 
 class CjmpVec:
@@ -19,15 +19,30 @@ class CjmpVec:
     """
 
     name = "cjmp_vec"
+    model = "shuffle"
+    supports_literal = True
     encode_block = staticmethod(cjmp.encode_block)
     merge = staticmethod(cjmp.merge)
-    finish = staticmethod(cjmp.finish)
     encode_messages = staticmethod(cjmp.encode_messages)
     count_messages = staticmethod(cjmp.count_messages)
     decode = staticmethod(cjmp.decode)
 
     def __init__(self, accounting: str = "paper"):
         self.accounting = accounting
+
+    @staticmethod
+    def finish(params: cjmp.PvecParams, total: cjmp.PartialCounts, rng=None) -> cjmp.ShuffledCounts:
+        """The analyzer's statistic (no central noise: `rng` is unused)."""
+        return cjmp.finish(params, total)
+
+    @staticmethod
+    def released_count(params: cjmp.PvecParams, statistic) -> int:
+        """What the estimated sum is divided by: the call's users."""
+        return params.users
+
+    def mean_mse(self, users: int, dim: int, epsilon: float, delta: float, norm_bound: float, folds: int = 1) -> float:
+        """E‖estimate of the mean − mean‖² of one call (calibrated parameters)."""
+        return cjmp.mean_mse(self.accounting, users, dim, epsilon, delta, norm_bound, folds)
 
     def plan(self, round_plan, dim: int) -> cjmp.PvecParams:
         """The parameters of one round's call.
@@ -58,6 +73,12 @@ class CjmpVec:
         return PvecDpEvent(**copied, noise_sampler=params.noise_sampler(block_size))
 
 
-PROTOCOLS = {CjmpVec.name: CjmpVec}
+PROTOCOLS = {protocol.name: protocol for protocol in (CjmpVec, *sums.SUM_PROTOCOLS)}
 
-__all__ = ["PROTOCOLS", "CjmpVec", "cjmp"]
+
+def build_protocol(name: str, accounting: str = "paper"):
+    """The protocol registered under `name`, planning for `accounting`."""
+    return PROTOCOLS[name](accounting)
+
+
+__all__ = ["PROTOCOLS", "CjmpVec", "build_protocol", "cjmp", "sums"]

@@ -1,0 +1,260 @@
+"""Accountants of the companion mechanisms: what each event costs in each mode.
+
+For every event type except P_vec (pipeline.accounting.pvec_tight) this module
+says what one call costs:
+  paper  the seed's own bound for the call, as an RDP curve (or a pure ε);
+  tight  the pointwise minimum of every valid RDP bound we have, or, where a
+         run is one kind of call only, an exact or PLD composition.
+The ledger (pipeline.accounting.ledger) composes them.
+
+Sampling. A sampled round is a mixture over the sample S, with weights that do
+not depend on the data. Given S, the output does not depend on the changed
+user unless S holds it; if it does, it is the unsampled mechanism on S. Since
+E_Q[(P/Q)^α] is jointly convex in (P, Q),
+
+    e^{(α−1)R(α)} ≤ P(i ∉ S) + Σ_m P(i ∈ S, |S| = m) e^{(α−1)U(α; m)},     (M)
+
+with U(α; m) any RDP bound of the unsampled mechanism on m users. For the
+shuffle mechanisms U(α; m) is non-increasing in m (the output on m + 1 users
+is a post-processing of the output on m: add a fixed user's report and
+re-shuffle), so a lower bound on |S| suffices. (M) is our derivation; it keeps
+the replace-one relation the whole pipeline uses. Where the seeds give a
+subsampling theorem (seed 001 Thm 5.4.1, seed 004 Thm 2 = Wang–Balle–
+Kasiviswanathan 2019 Thm 9) it is used too, and the minimum taken.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import numpy as np
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from scipy import special, stats
+
+from pipeline.accounting import shuffle_gaussian, shuffle_ldp
+from pipeline.accounting.events import (ExactSumDpEvent, GaussianSumDpEvent, LocalDpEvent, PoissonGaussianDpEvent,
+                                        ShuffleGaussianDpEvent, ShuffleLdpDpEvent)
+from pipeline.accounting.rdp import rdp_to_dp
+
+LAMBDA_MAX = 256
+ORDERS = np.arange(2.0, LAMBDA_MAX + 1.0)  # the integer orders every curve here is evaluated at
+# Tail mass of the sample size below the lower bound used in (M): folded into the
+# "not amplified" branch, never dropped.
+_SAMPLE_SIZE_TAIL = 1e-12
+_PLD_INTERVAL = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class CallCurve:
+    """One call's RDP curve at `ORDERS` (or a pure ε), and the rule behind it."""
+
+    rdp: np.ndarray | None
+    pure_epsilon: float | None
+    rule: str
+
+    def epsilon(self, delta: float, count: int = 1) -> float:
+        """(ε at δ) of `count` adaptive calls, curves added then converted (CKS20 Prop. 12)."""
+        if self.rdp is None:
+            return count * self.pure_epsilon
+        converted = rdp_to_dp(ORDERS, count * self.rdp, delta).epsilon
+        return min(converted, count * self.pure_epsilon) if self.pure_epsilon is not None else converted
+
+
+def _mixture(rate_in: float, size_weights: list[tuple[float, np.ndarray]]) -> np.ndarray:
+    """(M): log(1 − rate_in + Σ w_m e^{(α−1)U_m(α)})/(α−1), in log space.
+
+    Args:
+      rate_in: P(the changed user is sampled).
+      size_weights: (P(sampled and |S| in class m), U_m) pairs; weights sum to rate_in.
+    """
+    terms = [np.full(ORDERS.shape, math.log1p(-rate_in)) if rate_in < 1.0 else np.full(ORDERS.shape, -np.inf)]
+    terms += [math.log(w) + (ORDERS - 1.0) * curve for w, curve in size_weights if w > 0.0]
+    return np.maximum(special.logsumexp(np.stack(terms), axis=0), 0.0) / (ORDERS - 1.0)
+
+
+def _gaussian_curve(sensitivity: float, sigma: float) -> np.ndarray:
+    """Gaussian mechanism RDP αΔ²/(2σ²) (Mironov 2017, Prop. 7)."""
+    return ORDERS * sensitivity**2 / (2.0 * sigma**2)
+
+
+def _stream_curves(epsilons: tuple, users: int, bound) -> np.ndarray:
+    """Σ over streams of one stream's RDP bound at `users` reports (streams compose: notes trap 15)."""
+    total = np.zeros_like(ORDERS)
+    for eps0 in epsilons:
+        total += bound(users, eps0, ORDERS) if users >= 1 else shuffle_ldp.ldp_rdp(eps0, ORDERS)
+    return total
+
+
+def _poisson_lower_size(population: int, rate: float) -> tuple[int, float]:
+    """A lower bound m0 on 1 + Bin(population − 1, rate) and the mass below it."""
+    m0 = max(1, int(stats.binom.ppf(_SAMPLE_SIZE_TAIL, population - 1, rate)) + 1)
+    return m0, float(stats.binom.cdf(m0 - 2, population - 1, rate)) if m0 >= 2 else 0.0
+
+
+def _shuffle_ldp_curve(event: ShuffleLdpDpEvent, bound) -> np.ndarray:
+    """RDP of a (sampled) multi-stream shuffle with `bound` per stream and (M) over the sample."""
+    local = _stream_curves(event.stream_epsilons, 0, None)
+    if event.sampling == "all":
+        return _stream_curves(event.stream_epsilons, event.users, bound)
+    if event.sampling == "uniform":
+        rate = event.users / event.population
+        return _mixture(rate, [(rate, _stream_curves(event.stream_epsilons, event.users, bound))])
+    m0, below = _poisson_lower_size(event.population, event.rate)
+    return _mixture(event.rate, [(event.rate * (1.0 - below), _stream_curves(event.stream_epsilons, m0, bound)),
+                                 (event.rate * below, local)])
+
+
+@functools.lru_cache(maxsize=1024)
+def paper_call(event) -> CallCurve:
+    """The seed's own bound of one call (see the module docstring for each event type).
+
+    Args:
+      event: a companion event (not P_vec).
+
+    Returns:
+      The call's curve.
+    """
+    if isinstance(event, ExactSumDpEvent):
+        return CallCurve(None, math.inf, "exact statistic: no privacy")
+    if isinstance(event, LocalDpEvent):
+        return CallCurve(None, event.epsilon0, "pure ε0-LDP report (basic composition)")
+    if isinstance(event, GaussianSumDpEvent):
+        curve = _gaussian_curve(event.sensitivity, event.sigma)
+        if event.users < event.population:
+            rate = event.users / event.population
+            return CallCurve(_mixture(rate, [(rate, curve)]), None,
+                             "Gaussian RDP (Mironov 2017) sampled without replacement, by joint convexity (M)")
+        return CallCurve(curve, None, "Gaussian mechanism RDP αΔ²/(2σ²) (Mironov 2017, Prop. 7)")
+    if isinstance(event, PoissonGaussianDpEvent):
+        curve = _mixture(event.rate, [(event.rate, _gaussian_curve(event.sensitivity, event.sigma))])
+        return CallCurve(curve, None, "Poisson-subsampled Gaussian RDP by joint convexity (M), replace-one")
+    if isinstance(event, ShuffleGaussianDpEvent):
+        curve = shuffle_gaussian.shuffle_gaussian_rdp(event.users, event.sigma / event.sensitivity, LAMBDA_MAX)
+        if event.users < event.population:
+            curve = shuffle_gaussian.wbk_subsampled_rdp(event.users / event.population, curve)
+        return CallCurve(curve, None, "shuffle Gaussian RDP, seed 004 Thm 1 (Thm 2 when subsampled)")
+    if isinstance(event, ShuffleLdpDpEvent):
+        if event.sampling == "uniform" and len(event.stream_epsilons) == 1 and event.users >= 2:
+            curve = shuffle_ldp.subsampled_shuffle_rdp_ub(event.population, event.users, event.stream_epsilons[0], ORDERS)
+            return CallCurve(curve, None, "seed 001 Thm 5.4.1 (subsampled shuffle)")
+        curve = _shuffle_ldp_curve(event, shuffle_ldp.shuffle_rdp_ub1)
+        return CallCurve(curve, None, "seed 001 Thm 5.3.1 per stream, streams added"
+                         + ("" if event.sampling == "all" else ", sampled by joint convexity (M)"))
+    raise TypeError(f"no accountant for {type(event).__name__}")
+
+
+@functools.lru_cache(maxsize=1024)
+def tight_call(event) -> CallCurve:
+    """The pointwise minimum of every valid bound of one call.
+
+    Args:
+      event: a companion event (not P_vec).
+
+    Returns:
+      The call's curve.
+    """
+    paper = paper_call(event)
+    if isinstance(event, (ExactSumDpEvent, LocalDpEvent)):
+        curve = None if isinstance(event, ExactSumDpEvent) else shuffle_ldp.ldp_rdp(event.epsilon0, ORDERS)
+        return CallCurve(curve, paper.pure_epsilon, paper.rule + ("" if curve is None else "; randomized-response RDP"))
+    if isinstance(event, GaussianSumDpEvent) and event.users < event.population:
+        wbk = shuffle_gaussian.wbk_subsampled_rdp(event.users / event.population,
+                                                  _gaussian_curve(event.sensitivity, event.sigma))
+        return CallCurve(np.minimum(paper.rdp, wbk), None, paper.rule + "; Wang-Balle-Kasiviswanathan 2019 Thm 9")
+    if isinstance(event, ShuffleGaussianDpEvent):
+        unshuffled = _gaussian_curve(event.sensitivity, event.sigma)
+        if event.users < event.population:
+            rate = event.users / event.population
+            shuffled = shuffle_gaussian.shuffle_gaussian_rdp(event.users, event.sigma / event.sensitivity, LAMBDA_MAX)
+            unshuffled = _mixture(rate, [(rate, shuffled)])
+        return CallCurve(np.minimum(paper.rdp, unshuffled), None, paper.rule + "; minimum with (M) / the plain Gaussian")
+    if isinstance(event, ShuffleLdpDpEvent):
+        curve = _shuffle_ldp_curve(event, shuffle_ldp.shuffle_rdp_upper)
+        if event.sampling == "uniform":
+            per_sample = _stream_curves(event.stream_epsilons, event.users, shuffle_ldp.shuffle_rdp_upper)
+            curve = np.minimum(curve, shuffle_gaussian.wbk_subsampled_rdp(event.users / event.population, per_sample))
+        return CallCurve(np.minimum(paper.rdp, curve), None,
+                         "per stream the minimum of seed 001 UB1, UB2, Cor 5.3.1 and ε0-LDP, streams added"
+                         + ("" if event.sampling == "all" else
+                            "; sampled: minimum of the paper bound, (M) and WBK19 Thm 9 (uniform)"))
+    return paper
+
+
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """Exact ε at δ of a μ-GDP mechanism (Dong, Roth, Su 2019, Cor. 2.13).
+
+    δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2), decreasing in ε; solved by bisection
+    and rounded up.
+    """
+    def excess(eps: float) -> float:
+        return stats.norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2) - delta
+
+    if excess(0.0) <= 0.0:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while excess(hi) > 0.0:
+        lo, hi = hi, 2.0 * hi
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if excess(mid) > 0.0 else (lo, mid)
+    return hi
+
+
+def exact_composition(events_counts: list[tuple[object, int]], delta: float) -> float | None:
+    """ε at δ of a run made of one kind of call, where an exact or PLD composition exists.
+
+    All unsampled Gaussian sums: exactly μ-GDP with μ² = Σ count·(Δ/σ)² (Dong, Roth,
+    Su 2019, Cor. 3.3). All Poisson-subsampled Gaussians: the PLD of dp_accounting
+    (pessimistic, replace-one) composed.
+
+    Args:
+      events_counts: (event, how many calls) pairs.
+      delta: the target δ.
+
+    Returns:
+      ε, or None when the run has no such composition.
+    """
+    events = [event for event, _ in events_counts]
+    if all(isinstance(e, GaussianSumDpEvent) and e.users == e.population for e in events):
+        mu = math.sqrt(sum(count * (e.sensitivity / e.sigma) ** 2 for e, count in events_counts))
+        return gaussian_epsilon(mu, delta)
+    if all(isinstance(e, PoissonGaussianDpEvent) for e in events):
+        return _poisson_pld_epsilon(tuple((e.rate, e.sigma, e.sensitivity, count) for e, count in events_counts), delta)
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _poisson_pld_epsilon(calls: tuple, delta: float) -> float:
+    """PLD composition of Poisson-subsampled Gaussians under replace-one (dp_accounting).
+
+    dp_accounting's replace-one pair is (1 − q)N(0, σ²) + qN(±C, σ²): its
+    `sensitivity` is the distance of one record's contribution from zero, C = Δ/2.
+    """
+    composed = None
+    for rate, sigma, sensitivity, count in calls:
+        pld = pld_lib.from_gaussian_mechanism(
+            sigma, sensitivity=sensitivity / 2.0, sampling_prob=rate, value_discretization_interval=_PLD_INTERVAL,
+            neighboring_relation=pld_lib.NeighborRel.REPLACE_ONE,
+        ).self_compose(count)
+        composed = pld if composed is None else composed.compose(pld)
+    return float(composed.get_epsilon_for_delta(delta))
+
+
+def composed_epsilon(event, count: int, delta: float, accounting: str) -> float:
+    """ε at δ of `count` adaptive calls of one event, as the ledger would report it.
+
+    Args:
+      event: a companion event.
+      count: how many calls compose.
+      delta: the target δ.
+      accounting: "paper" or "tight".
+
+    Returns:
+      ε (inf for a non-private event).
+    """
+    if accounting == "paper":
+        return paper_call(event).epsilon(delta, count)
+    epsilon = tight_call(event).epsilon(delta, count)
+    exact = exact_composition([(event, count)], delta)
+    return epsilon if exact is None else min(epsilon, exact)

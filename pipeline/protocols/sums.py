@@ -1,0 +1,409 @@
+"""Protocols whose analyzer receives a (noisy) real-valued sum: the central
+Gaussian mechanism, the shuffle Gaussian mechanism, an ε0-LDP ℓ2 randomizer
+and the non-private exact sum — the baselines a shuffle result is compared
+with (shared/DESIGN.md §2, `protocols/`).
+
+Block sums are floats, and float addition depends on its order. So each block's
+sum is rounded to an integer number of `quantum`s (a power of two, about 2^-60
+of the largest total the call can reach) and blocks add as exact integers:
+the total is bit-identical however users are split into blocks, shards or
+workers. The rounding error, at most quantum/2 per block, is some 1e-18 of
+the total, far below every noise scale here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Iterable
+
+import numpy as np
+from scipy import special
+
+from pipeline.accounting import mechanisms
+from pipeline.accounting.events import (ExactSumDpEvent, GaussianSumDpEvent, LocalDpEvent, PoissonGaussianDpEvent,
+                                        ShuffleGaussianDpEvent)
+
+ALL, UNIFORM, POISSON = "all", "uniform", "poisson"
+SAMPLINGS = (ALL, UNIFORM, POISSON)
+_INT_BITS = 60  # |total| / quantum stays below 2^60 (int64 holds 2^63)
+_TAIL_SDS = 40.0  # noise beyond 40 standard deviations is treated as impossible (probability < 1e-340)
+
+
+@dataclasses.dataclass(frozen=True)
+class SumParams:
+    """One call of a sum protocol.
+
+    Attributes:
+      protocol: the protocol's name.
+      users: the users in the call (the sample size when sampled uniformly;
+        the population under Poisson sampling).
+      population: the users the call samples from.
+      sampling: ALL, UNIFORM or POISSON.
+      rate: the Poisson rate (0 otherwise).
+      dim: d.
+      norm_bound: C, every input is clipped to the ℓ2 ball of radius C.
+      sigma: the noise standard deviation per coordinate: of the sum (central),
+        of each user's report (shuffle Gaussian); 0 otherwise.
+      epsilon0: the local randomizer's ε0 (local_l2), 0 otherwise.
+      report_norm: the norm of every local_l2 report (Duchi et al.'s B), 0 otherwise.
+      quantum: the fixed-point unit of block sums.
+    """
+
+    protocol: str
+    users: int
+    population: int
+    sampling: str
+    rate: float
+    dim: int
+    norm_bound: float
+    sigma: float = 0.0
+    epsilon0: float = 0.0
+    report_norm: float = 0.0
+    quantum: float = 1.0
+
+    @property
+    def sensitivity(self) -> float:
+        """Δ₂ of the sum when one user's input is replaced: 2C."""
+        return 2.0 * self.norm_bound
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedPointSum:
+    """Some users' share of a call's sum, in exact integer units.
+
+    Attributes:
+      users: how many users contributed.
+      units: the sum of their reports in units of `quantum`, int64 of shape (d,).
+    """
+
+    users: int
+    units: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class ReleasedSum:
+    """What the analyzer receives: the (noisy) sum and the number of reports."""
+
+    users: int
+    total: np.ndarray
+
+
+def _quantum(largest_total: float) -> float:
+    """The power of two that puts `largest_total` just below 2^_INT_BITS units."""
+    return math.ldexp(1.0, math.frexp(max(largest_total, 1e-300))[1] - _INT_BITS)
+
+
+def clip_l2(inputs: np.ndarray, radius: float) -> np.ndarray:
+    """Scales each column into the ℓ2 ball of `radius` (in place; returns it)."""
+    norms = np.sqrt(np.einsum("ij,ij->j", inputs, inputs))
+    inputs *= np.minimum(1.0, radius / np.maximum(norms, 1e-300))
+    return inputs
+
+
+def duchi_report_norm(dim: int, radius: float, epsilon0: float) -> float:
+    """B of Duchi, Jordan, Wainwright (2018, §4.2.3): the norm of every ε0-LDP ℓ2 report.
+
+    B = r·(e^ε0 + 1)/(e^ε0 − 1)·√π·d·Γ((d − 1)/2 + 1)/(2·Γ(d/2 + 1)), which makes
+    the report unbiased (checked against the exact mean in the tests).
+    """
+    log_ratio = special.gammaln((dim - 1) / 2 + 1) - special.gammaln(dim / 2 + 1)
+    return radius / math.tanh(epsilon0 / 2.0) * math.sqrt(math.pi) * dim * math.exp(log_ratio) / 2.0
+
+
+def duchi_reports(inputs: np.ndarray, params: SumParams, rng: np.random.Generator) -> np.ndarray:
+    """Duchi et al.'s ε0-LDP randomizer for the ℓ2 ball, for a block of users.
+
+    Each x (‖x‖ ≤ r) becomes ±r·x/‖x‖ with probabilities ½ ± ‖x‖/(2r); the report
+    is uniform on the sphere of radius B, on the half-space agreeing with that
+    sign vector with probability e^ε0/(e^ε0 + 1), on the other half otherwise.
+    Its density ratio between any two inputs is at most e^ε0.
+
+    Args:
+      inputs: (d, users), already clipped to radius r.
+      params: the call (norm_bound = r, epsilon0, report_norm = B).
+      rng: the block's generator.
+
+    Returns:
+      (d, users) reports.
+    """
+    dim, users = inputs.shape
+    radius = params.norm_bound
+    norms = np.sqrt(np.einsum("ij,ij->j", inputs, inputs))
+    direction = np.where(norms > 0, inputs / np.maximum(norms, 1e-300), 0.0)
+    # A zero input has no direction: any unit vector, as ½ ± 0 makes the sign a fair coin.
+    direction[0, norms == 0] = 1.0
+    sign = np.where(rng.random(users) < 0.5 + norms / (2.0 * radius), 1.0, -1.0)
+    pole = direction * sign
+    sphere = rng.standard_normal((dim, users))
+    sphere /= np.sqrt(np.einsum("ij,ij->j", sphere, sphere))
+    agree = rng.random(users) < math.exp(params.epsilon0) / (math.exp(params.epsilon0) + 1.0)
+    side = np.einsum("ij,ij->j", sphere, pole)
+    flip = (side >= 0) != agree
+    sphere[:, flip] *= -1.0
+    return params.report_norm * sphere
+
+
+def _reports(params: SumParams, inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The block's reports as the users release them (before any central noise)."""
+    clip_l2(inputs, params.norm_bound)
+    if params.protocol == LocalL2.name:
+        return duchi_reports(inputs, params, rng)
+    if params.protocol == ShuffleGaussian.name:
+        return inputs + params.sigma * rng.standard_normal(inputs.shape)
+    return inputs
+
+
+class SumProtocol:
+    """The engine's view of a sum protocol (the interface of CjmpVec).
+
+    Subclasses set `name`, `model`, and `_event`/`_calibrate`.
+
+    Args:
+      accounting: "paper" or "tight": the ledger mode the noise is calibrated for.
+    """
+
+    name = ""
+    model = ""
+    supports_literal = False
+    releases_count = True  # the analyzer sees how many reports arrived
+
+    def __init__(self, accounting: str = "paper"):
+        self.accounting = accounting
+
+    def plan(self, round_plan, dim: int) -> SumParams:
+        """The parameters of one round's call (noise calibrated to the round's budget).
+
+        Args:
+          round_plan: the round (see optimizers.base.RoundPlan).
+          dim: d.
+
+        Returns:
+          The parameters.
+
+        Raises:
+          ValueError: the budget cannot be met.
+        """
+        return _plan(type(self), self.accounting, round_plan.users, round_plan.population, round_plan.sampling,
+                     round_plan.rate, dim, round_plan.epsilon, round_plan.delta, round_plan.norm_bound,
+                     round_plan.folds)
+
+    def mean_mse(self, users: int, dim: int, epsilon: float, delta: float, norm_bound: float, folds: int = 1) -> float:
+        """E‖estimate of the mean − mean‖² of one unsampled call (calibrated parameters)."""
+        params = _plan(type(self), self.accounting, users, users, ALL, 0.0, dim, epsilon, delta, norm_bound, folds)
+        return self.sum_mse(params) / users**2
+
+    @staticmethod
+    def sum_mse(params: SumParams) -> float:
+        """E‖released sum − true sum‖² at the worst input (noise only here)."""
+        return params.dim * params.sigma**2
+
+    @classmethod
+    def _largest_total(cls, params: SumParams) -> float:
+        return params.population * params.norm_bound
+
+    @classmethod
+    def event(cls, params: SumParams, block_size: int):
+        """The privacy event of one call."""
+        return cls._event(params)
+
+    def encode_block(self, params: SumParams, chunks: Iterable[np.ndarray], rng: np.random.Generator,
+                     work=None) -> FixedPointSum:
+        """The block's share: the sum of its users' reports in fixed point.
+
+        Args:
+          params: the call.
+          chunks: the block's inputs, (d, users) arrays (consumed one by one).
+          rng: the generator keyed by (round, block).
+          work: unused (CjmpVec's workspace).
+
+        Returns:
+          The block's partial.
+        """
+        total = np.zeros(params.dim)
+        users = 0
+        for chunk in chunks:
+            total += _reports(params, chunk, rng).sum(axis=1)
+            users += chunk.shape[1]
+        units = np.rint(total / params.quantum)
+        if np.any(np.abs(units) >= 2.0**62):
+            raise OverflowError(f"a block sum of {params.protocol} left the fixed-point range")
+        return FixedPointSum(users, units.astype(np.int64))
+
+    @staticmethod
+    def merge(partials: Iterable[FixedPointSum]) -> FixedPointSum:
+        """Adds partials exactly (any order gives the same total)."""
+        partials = list(partials)
+        units = partials[0].units.copy()
+        for part in partials[1:]:
+            units += part.units
+        return FixedPointSum(sum(p.users for p in partials), units)
+
+    def finish(self, params: SumParams, total: FixedPointSum, rng: np.random.Generator) -> ReleasedSum:
+        """The analyzer's statistic: the exact total, plus central noise if the protocol adds it."""
+        released = total.units.astype(np.float64) * params.quantum
+        return ReleasedSum(total.users, released)
+
+    @staticmethod
+    def decode(params: SumParams, statistic: ReleasedSum) -> np.ndarray:
+        """The estimate of Σ_i x_i (every protocol here is unbiased on the ball)."""
+        return statistic.total
+
+    def released_count(self, params: SumParams, statistic: ReleasedSum) -> float:
+        """What the estimate of the sum is divided by to estimate the mean."""
+        return statistic.users
+
+
+class ExactSum(SumProtocol):
+    """No privacy: the exact sum (the non-private baseline)."""
+
+    name = "none"
+    model = "none"
+
+    @staticmethod
+    def _event(params: SumParams) -> ExactSumDpEvent:
+        return ExactSumDpEvent(params.users)
+
+    @staticmethod
+    def _calibrate(params: SumParams, epsilon, delta, folds, accounting) -> SumParams:
+        return params
+
+
+class CentralGaussian(SumProtocol):
+    """The Gaussian mechanism on the exact sum, run by a trusted curator.
+
+    The noise N(0, σ²I) is drawn once per call, from a stream keyed by the
+    round only (after the blocks are merged), so it too is shard-independent.
+    Under Poisson sampling the count is not released: the mean divides by the
+    expected count q·n (Abadi et al. 2016).
+    """
+
+    name = "central_gaussian"
+    model = "central"
+
+    @classmethod
+    def _largest_total(cls, params: SumParams) -> float:
+        return params.population * params.norm_bound
+
+    @staticmethod
+    def _event(params: SumParams):
+        if params.sampling == POISSON:
+            return PoissonGaussianDpEvent(params.population, params.rate, params.dim, params.sensitivity, params.sigma)
+        return GaussianSumDpEvent(params.users, params.population, params.dim, params.sensitivity, params.sigma)
+
+    @staticmethod
+    def _calibrate(params, epsilon, delta, folds, accounting) -> SumParams:
+        sigma = _least_noise(lambda s: CentralGaussian._event(dataclasses.replace(params, sigma=s)),
+                             params.sensitivity, epsilon, delta, folds, accounting)
+        return dataclasses.replace(params, sigma=sigma)
+
+    def finish(self, params: SumParams, total: FixedPointSum, rng: np.random.Generator) -> ReleasedSum:
+        exact = super().finish(params, total, rng)
+        return ReleasedSum(exact.users, exact.total + params.sigma * rng.standard_normal(params.dim))
+
+    def released_count(self, params: SumParams, statistic: ReleasedSum) -> float:
+        return params.rate * params.population if params.sampling == POISSON else params.users
+
+
+class ShuffleGaussian(SumProtocol):
+    """Seed 004's shuffle Gaussian: each user adds N(0, σ²I) to its clipped input;
+    the shuffled reports are summed (the sum is a post-processing of the multiset).
+
+    In exact mode a block's noise is drawn user by user, so its sum is exactly
+    the sum of the users' noises."""
+
+    name = "shuffle_gaussian"
+    model = "shuffle"
+
+    @classmethod
+    def _largest_total(cls, params: SumParams) -> float:
+        return params.population * params.norm_bound + _TAIL_SDS * params.sigma * math.sqrt(params.population)
+
+    @staticmethod
+    def _event(params: SumParams) -> ShuffleGaussianDpEvent:
+        return ShuffleGaussianDpEvent(params.users, params.population, params.dim, params.sensitivity, params.sigma)
+
+    @staticmethod
+    def _calibrate(params, epsilon, delta, folds, accounting) -> SumParams:
+        sigma = _least_noise(lambda s: ShuffleGaussian._event(dataclasses.replace(params, sigma=s)),
+                             params.sensitivity, epsilon, delta, folds, accounting)
+        return dataclasses.replace(params, sigma=sigma)
+
+    @staticmethod
+    def sum_mse(params: SumParams) -> float:
+        return params.users * params.dim * params.sigma**2
+
+
+class LocalL2(SumProtocol):
+    """Duchi, Jordan, Wainwright's ε0-LDP ℓ2 randomizer, unshuffled (the local baseline)."""
+
+    name = "local_l2"
+    model = "local"
+
+    @classmethod
+    def _largest_total(cls, params: SumParams) -> float:
+        return params.population * params.report_norm
+
+    @staticmethod
+    def _event(params: SumParams) -> LocalDpEvent:
+        return LocalDpEvent(params.users, params.epsilon0, LocalL2.name)
+
+    @staticmethod
+    def _calibrate(params, epsilon, delta, folds, accounting) -> SumParams:
+        def spent(eps0: float) -> float:
+            event = LocalDpEvent(params.users, eps0, LocalL2.name)
+            return mechanisms.composed_epsilon(event, folds, delta, accounting)
+
+        lo, hi = 0.0, epsilon
+        for _ in range(60):  # the largest ε0 whose folds-fold composition stays within ε
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if spent(mid) <= epsilon else (lo, mid)
+        if lo <= 0.0:
+            raise ValueError(f"no local ε0 meets ε = {epsilon} over {folds} calls")
+        return dataclasses.replace(params, epsilon0=lo,
+                                   report_norm=duchi_report_norm(params.dim, params.norm_bound, lo))
+
+    @staticmethod
+    def sum_mse(params: SumParams) -> float:
+        # E‖Z − x‖² = B² − ‖x‖² for an unbiased report of norm B; worst at x = 0.
+        return params.users * params.report_norm**2
+
+
+def _least_noise(event_for, sensitivity: float, epsilon: float, delta: float, folds: int, accounting: str) -> float:
+    """The least σ (to 1e-4 relative) whose `folds` calls spend at most (ε, δ).
+
+    Args:
+      event_for: σ → the call's event.
+      sensitivity: Δ₂, which sets the search's scale.
+      epsilon, delta: the budget of `folds` calls together.
+      folds: how many calls compose.
+      accounting: the ledger mode that must meet it.
+
+    Returns:
+      σ, rounded up.
+
+    Raises:
+      ValueError: no σ below 1e6·Δ meets it.
+    """
+    def spent(sigma: float) -> float:
+        return mechanisms.composed_epsilon(event_for(sigma), folds, delta, accounting)
+
+    lo, hi = 1e-3 * sensitivity, 1e6 * sensitivity
+    if spent(hi) > epsilon:
+        raise ValueError(f"no noise level up to {hi:.3g} meets (ε, δ) = ({epsilon}, {delta}) over {folds} calls")
+    while hi / lo > 1.0 + 1e-4:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if spent(mid) > epsilon else (lo, mid)
+    return hi
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(protocol: type, accounting: str, users: int, population: int, sampling: str, rate: float, dim: int,
+          epsilon: float, delta: float, norm_bound: float, folds: int) -> SumParams:
+    """Cached planning (calibration is a search; rounds share a few shapes)."""
+    params = SumParams(protocol.name, users, population, sampling, rate, dim, norm_bound)
+    params = protocol._calibrate(params, epsilon, delta, folds, accounting)
+    return dataclasses.replace(params, quantum=_quantum(protocol._largest_total(params)))
+
+
+SUM_PROTOCOLS = (ExactSum, CentralGaussian, ShuffleGaussian, LocalL2)
