@@ -26,8 +26,11 @@ from pipeline.protocols import PROTOCOLS
 
 SHUFFLE = "shuffle"
 PRIVACY_MODELS = ("shuffle", "central", "local", "none")
-AVAILABLE_PRIVACY_MODELS = (SHUFFLE,)
 PROTOCOL_NAMES = tuple(PROTOCOLS)
+# The protocol a privacy model runs when the config names the model only.
+DEFAULT_PROTOCOL = {"shuffle": "cjmp_vec", "central": "central_gaussian", "local": "local_l2", "none": "none"}
+ROUND_METRICS = ("all", "final")
+DP_SGD_SAMPLINGS = ("poisson", "shuffled")
 PROBLEM_NAMES = tuple(PROBLEMS)
 OPTIMIZER_NAMES = tuple(OPTIMIZERS)
 
@@ -122,8 +125,11 @@ FIELDS: dict[str, Field] = {
     "optimizer.batch_size": Field(_integer(1)),
     "optimizer.step_size": Field(_real(0.0, math.inf, True, True)),
     "optimizer.parameters": Field(_choice(PARAMETER_MODES), "paper"),
-    "privacy.model": Field(_choice(PRIVACY_MODELS, AVAILABLE_PRIVACY_MODELS), SHUFFLE),
-    "privacy.protocol": Field(_choice(PROTOCOL_NAMES), "cjmp_vec"),
+    "optimizer.sampling": Field(_choice(DP_SGD_SAMPLINGS)),
+    "privacy.model": Field(_choice(PRIVACY_MODELS)),  # default: the protocol's model
+    "privacy.protocol": Field(_choice(PROTOCOL_NAMES)),  # default: DEFAULT_PROTOCOL of the model
+    "privacy.levels": Field(_integer(1, 16)),  # m of seed 001's ℓ∞/ℓ2 randomizers
+    "privacy.messages": Field(_integer(1)),  # s of seed 001's randomizers
     "privacy.epsilon": Field(_real(0.0, 15.0, True, False, "seed 000, Theorem 3.2 needs 0 < ε ≤ 15"), 1.0),
     "privacy.delta": Field(_real(0.0, 0.5, True, True, "seed 000, Theorem 3.2 needs 0 < δ < 1/2"), 1e-6),
     "privacy.accounting": Field(_choice(ACCOUNTING_MODES), "paper"),
@@ -133,6 +139,7 @@ FIELDS: dict[str, Field] = {
     "execution.block_size": Field(_integer(1), 4096),
     "tracking.mlflow_uri": Field(_mlflow_uri, "sqlite:///mlflow.db"),
     "tracking.out": Field(_text),
+    "tracking.round_metrics": Field(_choice(ROUND_METRICS)),  # default: all (final for pnsgd)
 }
 # Fields that do not change a run's results: left out of its config hash.
 NOT_IN_HASH = ("execution.backend", "execution.shards", "tracking.mlflow_uri", "tracking.out")
@@ -333,6 +340,21 @@ def expand(tree: dict[str, Any]) -> list[RunConfig]:
     runs = []
     keys = list(grid)
     for point in itertools.product(*(grid[k] for k in keys)):
-        point_values = {**values, **dict(zip(keys, point))}
+        point_values = _resolve_privacy({**values, **dict(zip(keys, point))})
         runs.extend(RunConfig(point_values, seed) for seed in seeds)
     return runs
+
+
+def _resolve_privacy(values: dict[str, Any]) -> dict[str, Any]:
+    """Fills privacy.model and privacy.protocol from each other and checks they agree.
+
+    Raises:
+      ConfigError: a protocol of another privacy model.
+    """
+    model, protocol = values.get("privacy.model"), values.get("privacy.protocol")
+    if protocol is None:
+        protocol = DEFAULT_PROTOCOL[model or SHUFFLE]
+    protocol_model = PROTOCOLS[protocol].model
+    if model is not None and model != protocol_model:
+        raise ConfigError("privacy.model", model, f"must be {protocol_model}, the model of privacy.protocol {protocol}")
+    return {**values, "privacy.model": protocol_model, "privacy.protocol": protocol}

@@ -18,8 +18,8 @@ from pipeline.config import RunConfig
 from pipeline.errors import ConfigError
 from pipeline.optimizers import OPTIMIZERS, theory
 from pipeline.problems import build_problem
-from pipeline.protocols import PROTOCOLS
-from pipeline.protocols.cjmp import LITERAL_MAX_MESSAGES, MAX_PRECISION, literal_messages
+from pipeline.protocols import build_protocol
+from pipeline.protocols.cjmp import LITERAL_MAX_MESSAGES, MAX_PRECISION, PvecParams, literal_messages
 from pipeline.tracking import FAILED, FINISHED, MlflowTracker, ParquetStore
 
 METRIC_COLUMNS = ("excess_loss", "epsilon_spent")
@@ -68,12 +68,15 @@ def plan_run(run: RunConfig) -> PlannedRun:
         if run[field] is not None:
             raise ConfigError(field, run[field], f"does not apply to optimizer {name}")
     problem = build_problem(run["problem.name"], run["problem.dim"], run["problem.radius"])
-    optimizer = OPTIMIZERS[name].from_config(
+    protocol = _protocol(run)
+    cls = OPTIMIZERS[name]
+    _check_pairing(run, cls, protocol)
+    options = {"sampling": run["optimizer.sampling"]} if run["optimizer.sampling"] is not None else {}
+    optimizer = cls.from_config(
         problem, run["n_users"], run["privacy.epsilon"], run["privacy.delta"],
         rounds=run["optimizer.rounds"], batch_size=run["optimizer.batch_size"], step_size=run["optimizer.step_size"],
-        accounting=run["privacy.accounting"], parameters=run["optimizer.parameters"],
+        accounting=run["privacy.accounting"], parameters=run["optimizer.parameters"], protocol=protocol, **options,
     )
-    protocol = PROTOCOLS[run["privacy.protocol"]](run["privacy.accounting"])
     # Smoothed optimizers run on their problem's Moreau envelope (optimizer.problem).
     job = engine.RunJob(optimizer.problem, optimizer, protocol, run.seed, run["n_users"],
                         run["execution.block_size"], run["execution.simulation"])
@@ -85,13 +88,14 @@ def plan_run(run: RunConfig) -> PlannedRun:
             params = protocol.plan(plan, problem.dim)
         except ValueError as error:
             raise ConfigError("privacy.accounting", run["privacy.accounting"], f"round {round_index}: {error}") from None
-        if params.g > MAX_PRECISION:
+        if isinstance(params, PvecParams) and params.g > MAX_PRECISION:
             raise ConfigError(
                 "problem.radius", run["problem.radius"],
                 f"round {round_index} needs P_vec precision g = ⌈2Δ₂√n⌉ = {params.g} above {MAX_PRECISION} "
                 "(the exact sampler's limit); lower the radius or the users per round",
             )
-        if job.simulation == engine.LITERAL and literal_messages(params) > LITERAL_MAX_MESSAGES:
+        if (job.simulation == engine.LITERAL and isinstance(params, PvecParams)
+                and literal_messages(params) > LITERAL_MAX_MESSAGES):
             raise ConfigError(
                 "execution.simulation", "literal",
                 f"round {round_index} would materialize {literal_messages(params):.3g} messages "
@@ -99,7 +103,7 @@ def plan_run(run: RunConfig) -> PlannedRun:
             )
         planned.append((round_index, plan.first_user, plan.stop_user, params))
     ledger = _ledger(job, planned)
-    if not ledger.within_target():
+    if protocol.model != "none" and not ledger.within_target():  # a non-private run spends ε = ∞ by design
         epsilon, delta = ledger.total()
         # Lemma B.6 sizes ε0 with ln(1/δ) but composes with ln((T+1)/δ): at large δ the split overspends.
         advice = "use a smaller delta" if run["privacy.accounting"] == "paper" else "the calibration could not meet it"
@@ -107,6 +111,45 @@ def plan_run(run: RunConfig) -> PlannedRun:
                           f"the planned ledger spends (ε, δ) = ({epsilon:.4g}, {delta:.3g}), above the target "
                           f"({run['privacy.epsilon']:g}, {run['privacy.delta']:g}); {advice}")
     return PlannedRun(run, job, ledger)
+
+
+def _protocol(run: RunConfig):
+    """The run's protocol, with its options (seed 001's randomizers take m and s).
+
+    Raises:
+      ConfigError: an option the protocol does not take.
+    """
+    name = run["privacy.protocol"]
+    options = {key: run[f"privacy.{key}"] for key in ("levels", "messages") if run[f"privacy.{key}"] is not None}
+    try:
+        return build_protocol(name, run["privacy.accounting"], **options)
+    except TypeError:
+        field = f"privacy.{next(iter(options))}"
+        raise ConfigError(field, run[field], f"does not apply to privacy.protocol {name}") from None
+
+
+def _check_pairing(run: RunConfig, cls, protocol) -> None:
+    """Refuses optimizer, protocol and execution choices that do not go together.
+
+    Raises:
+      ConfigError: the first rule the run breaks.
+    """
+    name = cls.name
+    required = getattr(cls, "protocols", None)
+    if required is not None and protocol.name not in required:
+        raise ConfigError("privacy.protocol", protocol.name, f"optimizer {name} runs with {', '.join(required)}")
+    if getattr(cls, "samples_users", False) and not getattr(protocol, "supports_sampling", False):
+        raise ConfigError("privacy.protocol", protocol.name,
+                          f"optimizer {name} samples users each round, and {protocol.name} has no accountant for "
+                          "sampled rounds; use girgis_*, shuffle_gaussian, central_gaussian or none")
+    if run["optimizer.sampling"] is not None and "sampling" not in getattr(cls, "options", ()):
+        raise ConfigError("optimizer.sampling", run["optimizer.sampling"], f"does not apply to optimizer {name}")
+    if run["execution.simulation"] == engine.LITERAL and not protocol.supports_literal:
+        raise ConfigError("execution.simulation", "literal",
+                          f"only cjmp_vec materializes its messages; {protocol.name} runs exact")
+    if run["tracking.round_metrics"] == "all" and getattr(cls, "final_iterate_only", False):
+        raise ConfigError("tracking.round_metrics", "all",
+                          f"{name} releases only its final iterate: logging the others voids its ledger (seed 002)")
 
 
 def theory_rates(planned: PlannedRun) -> dict[str, float]:
@@ -192,7 +235,7 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
         "delta_spent": [s[1] for s in spent],
         "wall_s": pd.Series([r.seconds for r in records]).cumsum(),
     })
-    _finite(rounds, "round metrics")
+    _finite(rounds[["excess_loss", "population_loss"]], "round metrics")
     epsilon, delta = ledger.total()
     row = {**_row(planned, mlflow_run_id), "final_excess_loss": records[-1].excess_loss, "epsilon": epsilon,
            "delta": delta, **theory_rates(planned), "status": FINISHED, "wall_s": wall_s}

@@ -76,11 +76,12 @@ class ShuffleGaussianDpEvent(dp_event.DpEvent):
     """Every user adds N(0, σ²I) to its input and a shuffler permutes the reports (seed 004, Def. 4).
 
     Attributes:
-      users: the reports shuffled together.
+      users: the reports shuffled together (uniform sample), or the population (Poisson).
       population: the users sampled from (= users when not sampled).
       dim: d.
       sensitivity: Δ₂ between a user's input and its replacement (2·norm bound).
       sigma: each user's noise standard deviation per coordinate.
+      rate: the Poisson rate of self-sampled rounds (0: not Poisson).
     """
 
     users: int
@@ -88,6 +89,7 @@ class ShuffleGaussianDpEvent(dp_event.DpEvent):
     dim: int
     sensitivity: float
     sigma: float
+    rate: float = 0.0
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)

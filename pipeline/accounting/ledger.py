@@ -91,8 +91,8 @@ class PrivacyLedger:
             raise ValueError(f"composition {composition!r}: must be one of {COMPOSITIONS}")
         if accounting not in ACCOUNTING_MODES:
             raise ValueError(f"accounting {accounting!r}: must be one of {ACCOUNTING_MODES}")
-        if composition == FULLY_INTERACTIVE and not (slack and 0.0 < slack < 1.0):
-            raise ValueError(f"fully interactive composition needs a slack δ' in (0, 1), got {slack}")
+        if slack is not None and not 0.0 < slack < 1.0:
+            raise ValueError(f"the slack δ' must be in (0, 1), got {slack}")
         self.composition = composition
         self.accounting = accounting
         self.target = (epsilon, delta)
@@ -179,6 +179,8 @@ class PrivacyLedger:
         if len(budgets) != 1:
             raise LedgerError("advanced composition here needs one per-round budget; got several")
         epsilon0, delta0 = budgets.pop()
+        if self.slack is None:
+            raise LedgerError("advanced composition of P_vec calls needs a slack δ'")
         return paper.advanced_composition(epsilon0, delta0, round_index + 1, self.slack)
 
     def _companion_spent(self, covered: list[tuple[object, int]], mode: str) -> tuple[float, float]:
@@ -274,7 +276,8 @@ class PrivacyLedger:
                 "delta": delta,
                 "rule": _RULES[(mode, self.composition)] if self._pvec else _COMPANION_RULES[self.composition],
                 **({"method": self._method(mode)} if mode == TIGHT or not self._pvec else {}),
-                **({"slack": self.slack} if mode == PAPER and self.composition == FULLY_INTERACTIVE else {}),
+                **({"slack": self.slack} if mode == PAPER and self.composition == FULLY_INTERACTIVE and self._pvec
+                   else {}),
                 **({"not_covered": "a call is outside Theorem 3.2's conditions (tight-calibrated noise)"
                     if self._pvec else "a non-private call: nothing is protected"}
                    if not math.isfinite(epsilon) else {}),

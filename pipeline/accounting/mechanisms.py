@@ -129,6 +129,13 @@ def paper_call(event) -> CallCurve:
     if isinstance(event, PoissonGaussianDpEvent):
         curve = _mixture(event.rate, [(event.rate, _gaussian_curve(event.sensitivity, event.sigma))])
         return CallCurve(curve, None, "Poisson-subsampled Gaussian RDP by joint convexity (M), replace-one")
+    if isinstance(event, ShuffleGaussianDpEvent) and event.rate > 0.0:
+        m0, below = _poisson_lower_size(event.population, event.rate)
+        shuffled = shuffle_gaussian.shuffle_gaussian_rdp(m0, event.sigma / event.sensitivity, LAMBDA_MAX)
+        curve = _mixture(event.rate, [(event.rate * (1.0 - below), shuffled),
+                                      (event.rate * below, _gaussian_curve(event.sensitivity, event.sigma))])
+        return CallCurve(curve, None, "shuffle Gaussian RDP (seed 004 Thm 1) at the sample size's lower bound, "
+                         "Poisson-sampled by joint convexity (M)")
     if isinstance(event, ShuffleGaussianDpEvent):
         curve = shuffle_gaussian.shuffle_gaussian_rdp(event.users, event.sigma / event.sensitivity, LAMBDA_MAX)
         if event.users < event.population:
@@ -162,7 +169,7 @@ def tight_call(event) -> CallCurve:
         wbk = shuffle_gaussian.wbk_subsampled_rdp(event.users / event.population,
                                                   _gaussian_curve(event.sensitivity, event.sigma))
         return CallCurve(np.minimum(paper.rdp, wbk), None, paper.rule + "; Wang-Balle-Kasiviswanathan 2019 Thm 9")
-    if isinstance(event, ShuffleGaussianDpEvent):
+    if isinstance(event, ShuffleGaussianDpEvent) and event.rate == 0.0:
         unshuffled = _gaussian_curve(event.sensitivity, event.sigma)
         if event.users < event.population:
             rate = event.users / event.population

@@ -131,6 +131,24 @@ class Schedule:
         )
 
 
+def protocol_mean_mse(protocol, accounting: str, users: int, dim: int, epsilon: float, delta: float,
+                      norm_bound: float, folds: int = 1) -> float:
+    """E‖estimated mean − mean‖² of one call of the run's protocol (calibrated parameters).
+
+    Args:
+      protocol: the run's protocol object, or None for P_vec planned by `accounting`.
+      accounting, users, dim, epsilon, delta, norm_bound, folds: the call.
+
+    Returns:
+      The mean's squared error from the protocol alone.
+    """
+    if protocol is None:
+        from pipeline.protocols import cjmp  # the default protocol of seed 000
+
+        return cjmp.mean_mse(accounting, users, dim, epsilon, delta, norm_bound, folds)
+    return protocol.mean_mse(users, dim, epsilon, delta, norm_bound, folds)
+
+
 def best_batch_size(n_users: int, bound: Callable[[int], float]) -> int:
     """The batch size in [1, n] that minimizes an explicit utility bound, over 60
     log-spaced candidates (calibrated parameter mode).

@@ -9,10 +9,9 @@ from pipeline.accounting.ledger import FULLY_INTERACTIVE
 from pipeline.accounting.paper import full_gd_round_budget, split_below
 from pipeline.optimizers import theory
 from pipeline.optimizers.averaged import AveragedProjectedDescent
-from pipeline.optimizers.base import RoundGroup, Schedule
+from pipeline.optimizers.base import RoundGroup, Schedule, protocol_mean_mse
 from pipeline.problems.base import Problem
 from pipeline.problems.smoothed import MoreauSmoothed, require_prox
-from pipeline.protocols import cjmp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +46,7 @@ class FullGD(AveragedProjectedDescent):
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
                     step_size: float | None = None, accounting: str = "paper",
-                    parameters: str = "paper") -> "FullGD":
+                    parameters: str = "paper", protocol=None) -> "FullGD":
         """Resolves Lemma B.6's parameters, honouring overrides.
 
         T = min(n, ⌊ε²n²/(d ln²(nd/δ))⌋) (at least 1); η = D/(L√T) in paper mode,
@@ -64,7 +63,7 @@ class FullGD(AveragedProjectedDescent):
             if parameters == "calibrated":
                 budget, folds = ((epsilon, delta), rounds) if accounting == "tight" else (
                     full_gd_round_budget(epsilon, delta, rounds), 1)
-                noise = cjmp.mean_mse(accounting, n, d, *budget, problem.lipschitz, folds)
+                noise = protocol_mean_mse(protocol, accounting, n, d, *budget, problem.lipschitz, folds)
                 lipschitz_g = math.sqrt(problem.lipschitz**2 + noise)
             step_size = problem.diameter / (lipschitz_g * math.sqrt(rounds))
         return cls(problem, n_users, epsilon, delta, rounds, step_size, accounting)
@@ -105,7 +104,7 @@ class FullGDSmoothed(FullGD):
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
                     step_size: float | None = None, accounting: str = "paper",
-                    parameters: str = "paper") -> "FullGDSmoothed":
+                    parameters: str = "paper", protocol=None) -> "FullGDSmoothed":
         """Smooths the problem with Theorem 4.9's β, then resolves Lemma B.6's parameters on it.
 
         Raises:
@@ -116,5 +115,5 @@ class FullGDSmoothed(FullGD):
         beta = problem.lipschitz / problem.diameter * min(
             math.sqrt(n), epsilon * n / (math.sqrt(d) * math.log(n * d / delta) ** 1.5))
         inner = FullGD.from_config(MoreauSmoothed(problem, beta), n_users, epsilon, delta, rounds, batch_size,
-                                   step_size, accounting, parameters)
+                                   step_size, accounting, parameters, protocol)
         return cls(**{field.name: getattr(inner, field.name) for field in dataclasses.fields(FullGD)})

@@ -8,9 +8,8 @@ import numpy as np
 
 from pipeline.accounting.ledger import SEQUENTIAL
 from pipeline.optimizers import theory
-from pipeline.optimizers.base import DATA, Optimizer, RoundGroup, Schedule
+from pipeline.optimizers.base import DATA, Optimizer, RoundGroup, Schedule, protocol_mean_mse
 from pipeline.problems.base import Problem
-from pipeline.protocols import cjmp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,16 +30,17 @@ class MeanEstimation(Optimizer):
     epsilon: float
     delta: float
     accounting: str = "paper"
+    protocol: object = None
     name: ClassVar[str] = "mean_estimation"
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
                     step_size: float | None = None, accounting: str = "paper",
-                    parameters: str = "paper") -> "MeanEstimation":
+                    parameters: str = "paper", protocol=None) -> "MeanEstimation":
         """One round over all users; rounds, batch_size and step_size do not apply, and
         there is nothing for `parameters` to calibrate."""
-        return cls(problem, n_users, epsilon, delta, accounting)
+        return cls(problem, n_users, epsilon, delta, accounting, protocol)
 
     def schedule(self) -> Schedule:
         group = RoundGroup(1, self.n_users, 0, self.n_users, self.epsilon, self.delta,
@@ -60,9 +60,9 @@ class MeanEstimation(Optimizer):
         return state
 
     def theory_rate(self) -> float:
-        params = cjmp.plan(self.accounting, self.n_users, self.problem.dim, self.epsilon, self.delta,
-                           self.problem.data_norm_bound)
-        return theory.mean_estimation_rate(self.problem, self.n_users, cjmp.mse_bound(params))
+        mse = protocol_mean_mse(self.protocol, self.accounting, self.n_users, self.problem.dim, self.epsilon,
+                                self.delta, self.problem.data_norm_bound)
+        return theory.mean_estimation_rate(self.problem, self.n_users, mse * self.n_users**2)
 
     def hyperparameters(self) -> dict[str, float | int]:
         return {"rounds": 1, "batch_size": self.n_users}

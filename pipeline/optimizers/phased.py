@@ -55,7 +55,7 @@ class SeqPhased(Optimizer):
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
                     step_size: float | None = None, accounting: str = "paper",
-                    parameters: str = PAPER) -> "SeqPhased":
+                    parameters: str = PAPER, protocol=None) -> "SeqPhased":
         """Splits the users into k phases and resolves each phase's Theorem 4.3 / 4.7 parameters.
 
         Raises:
@@ -75,7 +75,7 @@ class SeqPhased(Optimizer):
             raise ConfigError("n_users", n_users, f"must be at least the {count} phases of Theorem 4.8")
         inner = SeqAGD if math.isfinite(problem.smoothness) else SeqAGDSmoothed
         phases = tuple(inner.from_config(problem, share, epsilon, delta, accounting=accounting,
-                                         parameters=parameters) for _ in range(count))
+                                         parameters=parameters, protocol=protocol) for _ in range(count))
         return cls(phases[0].problem, n_users, epsilon, delta, phases)
 
     def schedule(self) -> Schedule:

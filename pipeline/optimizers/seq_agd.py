@@ -10,10 +10,9 @@ import numpy as np
 from pipeline.accounting.ledger import SEQUENTIAL
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
-from pipeline.optimizers.base import Optimizer, RoundGroup, Schedule, best_batch_size
+from pipeline.optimizers.base import Optimizer, RoundGroup, Schedule, best_batch_size, protocol_mean_mse
 from pipeline.problems.base import Problem
 from pipeline.problems.smoothed import MoreauSmoothed, require_prox
-from pipeline.protocols import cjmp
 
 PAPER, CALIBRATED = "paper", "calibrated"
 PARAMETER_MODES = (PAPER, CALIBRATED)
@@ -28,7 +27,7 @@ class AcsaState(NamedTuple):
 
 
 def oracle_std(problem: Problem, batch_size: int, n_users: int, epsilon: float, delta: float,
-               accounting: str, parameters: str) -> float:
+               accounting: str, parameters: str, protocol=None) -> float:
     """σ, the noisy gradient's standard deviation: σ² = L²/B + (protocol MSE)/B².
 
     Paper mode takes the MSE as d L² ln²(d/δ)/ε² (proof of Theorem 4.3, O-constants
@@ -38,7 +37,7 @@ def oracle_std(problem: Problem, batch_size: int, n_users: int, epsilon: float, 
     if parameters == PAPER:
         noise = d * lipschitz**2 * math.log(d / delta) ** 2 / (epsilon * batch_size) ** 2
     else:
-        noise = cjmp.mean_mse(accounting, batch_size, d, epsilon, delta, lipschitz)
+        noise = protocol_mean_mse(protocol, accounting, batch_size, d, epsilon, delta, lipschitz)
     return math.sqrt(lipschitz**2 / batch_size + noise)
 
 
@@ -80,7 +79,7 @@ class SeqAGD(Optimizer):
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
                     step_size: float | None = None, accounting: str = "paper",
-                    parameters: str = PAPER) -> "SeqAGD":
+                    parameters: str = PAPER, protocol=None) -> "SeqAGD":
         """Resolves Theorem 4.3's parameters, honouring overrides.
 
         Paper mode: B = n^{3/5} d^{1/5} L^{2/5} ln^{2/5}(d/δ)/(ε^{2/5} β^{2/5} D^{2/5}),
@@ -103,7 +102,7 @@ class SeqAGD(Optimizer):
             else:
                 def bound(size: int) -> float:
                     steps = n_users // size
-                    sigma = oracle_std(problem, size, n_users, epsilon, delta, accounting, parameters)
+                    sigma = oracle_std(problem, size, n_users, epsilon, delta, accounting, parameters, protocol)
                     return beta * diameter**2 / steps**2 + diameter * sigma / math.sqrt(steps)
                 batch_size = best_batch_size(n_users, bound)
             batch_size = min(max(1, batch_size), n_users)
@@ -115,7 +114,7 @@ class SeqAGD(Optimizer):
             raise ConfigError("optimizer.rounds", rounds,
                               f"rounds × batch_size ({batch_size}) must be ≤ n_users = {n_users}: "
                               "each user answers once (seed 000, Theorem 4.3)")
-        sigma = oracle_std(problem, batch_size, n_users, epsilon, delta, accounting, parameters)
+        sigma = oracle_std(problem, batch_size, n_users, epsilon, delta, accounting, parameters, protocol)
         return cls(problem, n_users, epsilon, delta, batch_size, rounds, sigma, accounting, parameters)
 
     def schedule(self) -> Schedule:
@@ -177,7 +176,7 @@ class SeqAGDSmoothed(SeqAGD):
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
                     step_size: float | None = None, accounting: str = "paper",
-                    parameters: str = PAPER) -> "SeqAGDSmoothed":
+                    parameters: str = PAPER, protocol=None) -> "SeqAGDSmoothed":
         """Smooths the problem, then resolves Theorem 4.3's parameters on the envelope.
 
         Raises:
@@ -192,7 +191,7 @@ class SeqAGDSmoothed(SeqAGD):
 
         def build(beta: float) -> SeqAGD:
             return SeqAGD.from_config(MoreauSmoothed(problem, float(beta)), n_users, epsilon, delta, rounds,
-                                      batch_size, step_size, accounting, parameters)
+                                      batch_size, step_size, accounting, parameters, protocol)
 
         def bound(optimizer: SeqAGD) -> float:  # Lemma 4.4 with σ, plus the smoothing gap L²/(2β)
             smooth = optimizer.problem

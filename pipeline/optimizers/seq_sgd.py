@@ -9,9 +9,8 @@ from pipeline.accounting.ledger import SEQUENTIAL
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.averaged import AveragedProjectedDescent
-from pipeline.optimizers.base import RoundGroup, Schedule, best_batch_size
+from pipeline.optimizers.base import RoundGroup, Schedule, best_batch_size, protocol_mean_mse
 from pipeline.problems.base import Problem
-from pipeline.protocols import cjmp
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +40,7 @@ class SeqSGD(AveragedProjectedDescent):
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
                     step_size: float | None = None, accounting: str = "paper",
-                    parameters: str = "paper") -> "SeqSGD":
+                    parameters: str = "paper", protocol=None) -> "SeqSGD":
         """Resolves Theorem 4.1's parameters, honouring overrides.
 
         Paper mode: B = ⌈√d ln(d/δ)/ε⌉ clamped to [1, n]; T = ⌊n/B⌋. The printed
@@ -60,7 +59,7 @@ class SeqSGD(AveragedProjectedDescent):
         def lipschitz_g(size: int) -> float:
             if parameters == "paper":
                 return problem.lipschitz * (1.0 + log_term / (epsilon * size))
-            noise = cjmp.mean_mse(accounting, size, d, epsilon, delta, problem.lipschitz)
+            noise = protocol_mean_mse(protocol, accounting, size, d, epsilon, delta, problem.lipschitz)
             return math.sqrt(problem.lipschitz**2 + noise)
 
         if batch_size is None and parameters == "paper":

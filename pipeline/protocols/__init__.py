@@ -76,9 +76,9 @@ class CjmpVec:
 PROTOCOLS = {protocol.name: protocol for protocol in (CjmpVec, *sums.SUM_PROTOCOLS)}
 
 
-def build_protocol(name: str, accounting: str = "paper"):
+def build_protocol(name: str, accounting: str = "paper", **options):
     """The protocol registered under `name`, planning for `accounting`."""
-    return PROTOCOLS[name](accounting)
+    return PROTOCOLS[name](accounting, **options)
 
 
 __all__ = ["PROTOCOLS", "CjmpVec", "build_protocol", "cjmp", "sums"]

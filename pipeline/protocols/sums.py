@@ -166,6 +166,7 @@ class SumProtocol:
     name = ""
     model = ""
     supports_literal = False
+    supports_sampling = True
     releases_count = True  # the analyzer sees how many reports arrived
 
     def __init__(self, accounting: str = "paper"):
@@ -321,7 +322,8 @@ class ShuffleGaussian(SumProtocol):
 
     @staticmethod
     def _event(params: SumParams) -> ShuffleGaussianDpEvent:
-        return ShuffleGaussianDpEvent(params.users, params.population, params.dim, params.sensitivity, params.sigma)
+        return ShuffleGaussianDpEvent(params.users, params.population, params.dim, params.sensitivity, params.sigma,
+                                      params.rate if params.sampling == POISSON else 0.0)
 
     @staticmethod
     def _calibrate(params, epsilon, delta, folds, accounting) -> SumParams:
@@ -339,6 +341,7 @@ class LocalL2(SumProtocol):
 
     name = "local_l2"
     model = "local"
+    supports_sampling = False  # a sampled local report has no amplification accounted here
 
     @classmethod
     def _largest_total(cls, params: SumParams) -> float:
