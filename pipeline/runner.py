@@ -70,7 +70,7 @@ def plan_run(run: RunConfig) -> PlannedRun:
     problem = build_problem(run["problem.name"], run["problem.dim"], run["problem.radius"])
     protocol = _protocol(run)
     cls = OPTIMIZERS[name]
-    _check_pairing(run, cls, protocol)
+    _check_pairing(run, cls, protocol, problem)
     options = {"sampling": run["optimizer.sampling"]} if run["optimizer.sampling"] is not None else {}
     optimizer = cls.from_config(
         problem, run["n_users"], run["privacy.epsilon"], run["privacy.delta"],
@@ -128,13 +128,16 @@ def _protocol(run: RunConfig):
         raise ConfigError(field, run[field], f"does not apply to privacy.protocol {name}") from None
 
 
-def _check_pairing(run: RunConfig, cls, protocol) -> None:
+def _check_pairing(run: RunConfig, cls, protocol, problem) -> None:
     """Refuses optimizer, protocol and execution choices that do not go together.
 
     Raises:
       ConfigError: the first rule the run breaks.
     """
     name = cls.name
+    if protocol.name == "girgis_binary" and not (name == "mean_estimation" and getattr(problem, "binary_data", False)):
+        raise ConfigError("privacy.protocol", protocol.name,
+                          "encodes binary vectors: it runs with optimizer mean_estimation on problem bernoulli")
     required = getattr(cls, "protocols", None)
     if required is not None and protocol.name not in required:
         raise ConfigError("privacy.protocol", protocol.name, f"optimizer {name} runs with {', '.join(required)}")

@@ -21,8 +21,10 @@ from pipeline.problems import (
 )
 
 SHAPES = [(1, 0.7), (5, 1.0), (12, 2.5)]  # (d, R)
-CASES = [(name, dim, radius) for name in PROBLEMS for dim, radius in SHAPES]
-SMOOTH = {"quadratic", "logistic"}
+# ℓ2-ball problems with unlabelled data; the ℓ1-ball least squares has its own tests.
+BALL_PROBLEMS = ("quadratic", "logistic", "absolute", "elastic", "bernoulli")
+CASES = [(name, dim, radius) for name in BALL_PROBLEMS for dim, radius in SHAPES]
+SMOOTH = {"quadratic", "logistic", "bernoulli", "l1_least_squares", "l1_least_squares_active"}
 EPS = np.finfo(float).eps
 
 
@@ -37,7 +39,7 @@ def reference_losses(problem, theta: np.ndarray, data: np.ndarray) -> np.ndarray
     (d,), or one point per user, shape (d, count)."""
     theta = theta[:, None] if theta.ndim == 1 else theta
     gap = theta - data
-    if problem.name == "quadratic":
+    if problem.name in ("quadratic", "bernoulli"):
         return 0.5 * np.einsum("ij,ij->j", gap, gap)
     if problem.name == "logistic":
         return np.logaddexp(0.0, -np.einsum("ij,ij->j", np.broadcast_to(theta, data.shape), data))
@@ -81,7 +83,7 @@ def one_sided_derivatives(problem, theta: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def test_registry_and_constants():
-    assert set(PROBLEMS) == {"quadratic", "logistic", "absolute", "elastic"}
+    assert set(PROBLEMS) == {*BALL_PROBLEMS, "l1_least_squares", "l1_least_squares_active"}
     for name, cls in PROBLEMS.items():
         problem = build_problem(name, 4, 1.5)
         assert isinstance(problem, cls) and problem.name == name and problem.dim == 4
@@ -254,7 +256,7 @@ def _numerical_prox(problem, theta: np.ndarray, point: np.ndarray, step: float) 
         return value + float((candidate - theta) @ (candidate - theta)) / (2 * step)
 
     def gradient(candidate):
-        if problem.name == "quadratic":
+        if problem.name in ("quadratic", "bernoulli"):
             loss_gradient = candidate - point
         else:
             loss_gradient = -point * expit(-float(candidate @ point))
@@ -283,7 +285,7 @@ def test_prox_is_optimal_to_rounding(problem):
         theta = in_ball(rng, problem, 1)[0]
         proxes = problem.prox(theta, data, step)
         pull = (theta[:, None] - proxes) / step  # must lie in ∂ℓ(p)
-        if problem.name == "quadratic":
+        if problem.name in ("quadratic", "bernoulli"):
             error = np.abs(pull - (proxes - data))
         elif problem.name == "logistic":
             error = np.abs(pull + data * expit(-np.einsum("ij,ij->j", proxes, data)))

@@ -24,6 +24,7 @@ Kasiviswanathan 2019 Thm 9) it is used too, and the minimum taken.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import math
@@ -81,8 +82,8 @@ def _gaussian_curve(sensitivity: float, sigma: float) -> np.ndarray:
 def _stream_curves(epsilons: tuple, users: int, bound) -> np.ndarray:
     """Σ over streams of one stream's RDP bound at `users` reports (streams compose: notes trap 15)."""
     total = np.zeros_like(ORDERS)
-    for eps0 in epsilons:
-        total += bound(users, eps0, ORDERS) if users >= 1 else shuffle_ldp.ldp_rdp(eps0, ORDERS)
+    for eps0, streams in collections.Counter(epsilons).items():  # a level's s streams share one ε0
+        total += streams * (bound(users, eps0, ORDERS) if users >= 1 else shuffle_ldp.ldp_rdp(eps0, ORDERS))
     return total
 
 

@@ -40,12 +40,13 @@ class Shard:
         self.stop_user = layout.block_users(stop_block - 1)[1]
         # Each block's data come from its own stream: the same whatever the sharding.
         # Filled block by block: peak memory is the data plus one block.
-        self.data = np.empty((job.problem.dim, self.stop_user - self.first_user))  # (d, users)
+        # (rows, users): d rows, or d + 1 for labelled data (features, then the label).
+        self.data = np.empty((getattr(job.problem, "data_dim", job.problem.dim), self.stop_user - self.first_user))
         for block in self.blocks:
             first, stop = layout.block_users(block)
             self.data[:, first - self.first_user: stop - self.first_user] = job.problem.sample(
                 stream(job.seed, DATA_STREAM, block), stop - first)
-        self.dim = self.data.shape[0]
+        self.dim = job.problem.dim
         self._step = chunk_users(self.dim)
         self._buffer = np.empty(self.dim * self._step)
         self._work = RoundingWorkspace(self._step, self.dim)

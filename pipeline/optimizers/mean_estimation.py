@@ -7,6 +7,7 @@ from typing import ClassVar
 import numpy as np
 
 from pipeline.accounting.ledger import SEQUENTIAL
+from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.base import DATA, Optimizer, RoundGroup, Schedule, protocol_mean_mse
 from pipeline.problems.base import Problem
@@ -40,6 +41,9 @@ class MeanEstimation(Optimizer):
                     parameters: str = "paper", protocol=None) -> "MeanEstimation":
         """One round over all users; rounds, batch_size and step_size do not apply, and
         there is nothing for `parameters` to calibrate."""
+        if getattr(problem, "data_dim", problem.dim) != problem.dim:
+            raise ConfigError("optimizer.name", cls.name, f"estimates the mean of unlabelled points; {problem.name} "
+                              "data carry labels")
         return cls(problem, n_users, epsilon, delta, accounting, protocol)
 
     def schedule(self) -> Schedule:

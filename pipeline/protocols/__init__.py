@@ -7,7 +7,7 @@ from __future__ import annotations
 import attr
 
 from pipeline.accounting.events import PvecDpEvent
-from pipeline.protocols import cjmp, sums
+from pipeline.protocols import cjmp, multi_message, sums
 
 
 class CjmpVec:
@@ -73,7 +73,8 @@ class CjmpVec:
         return PvecDpEvent(**copied, noise_sampler=params.noise_sampler(block_size))
 
 
-PROTOCOLS = {protocol.name: protocol for protocol in (CjmpVec, *sums.SUM_PROTOCOLS)}
+PROTOCOLS = {protocol.name: protocol
+             for protocol in (CjmpVec, *multi_message.GIRGIS_PROTOCOLS, *sums.SUM_PROTOCOLS)}
 
 
 def build_protocol(name: str, accounting: str = "paper", **options):

@@ -333,7 +333,7 @@ class ShuffleGaussian(SumProtocol):
 
     @staticmethod
     def sum_mse(params: SumParams) -> float:
-        return params.users * params.dim * params.sigma**2
+        return _expected_users(params) * params.dim * params.sigma**2
 
 
 class LocalL2(SumProtocol):
@@ -369,7 +369,11 @@ class LocalL2(SumProtocol):
     @staticmethod
     def sum_mse(params: SumParams) -> float:
         # E‖Z − x‖² = B² − ‖x‖² for an unbiased report of norm B; worst at x = 0.
-        return params.users * params.report_norm**2
+        return _expected_users(params) * params.report_norm**2
+
+
+def _expected_users(params: SumParams) -> float:
+    return params.rate * params.population if params.sampling == POISSON else params.users
 
 
 def _least_noise(event_for, sensitivity: float, epsilon: float, delta: float, folds: int, accounting: str) -> float:

@@ -1,0 +1,77 @@
+"""Binary data for seed 001's binary-vector randomizer: ℓ(θ, x) = ½‖θ − x‖² with x ∈ {0, 1}^d."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from pipeline.problems.base import Problem, ball_projection
+
+
+@dataclasses.dataclass(frozen=True)
+class Bernoulli(Problem):
+    """Mean estimation of independent bits: x_j ~ Bernoulli(μ_j), Θ = {‖θ‖₂ ≤ R}.
+
+    μ_j = c·(j + 1)/(d + 1) with c = min(1, R/(2√d)), so ‖μ‖₂ ≤ R/2 and θ* = μ
+    lies inside Θ. F(θ) = ½‖θ − μ‖² + ½Σ_j μ_j(1 − μ_j) exactly, so the excess
+    loss is ½‖θ − μ‖². Constants: ‖∇ℓ‖ = ‖θ − x‖ ≤ R + √d = L; β = λ = 1;
+    D = 2R; ‖x‖₂ ≤ √d.
+
+    Args:
+      dim: d.
+      radius: R.
+    """
+
+    dim: int
+    radius: float
+    name: ClassVar[str] = "bernoulli"
+    binary_data: ClassVar[bool] = True
+
+    @property
+    def lipschitz(self) -> float:
+        return self.radius + math.sqrt(self.dim)
+
+    @property
+    def smoothness(self) -> float:
+        return 1.0
+
+    @property
+    def strong_convexity(self) -> float:
+        return 1.0
+
+    @property
+    def diameter(self) -> float:
+        return 2.0 * self.radius
+
+    @property
+    def data_norm_bound(self) -> float:
+        return math.sqrt(self.dim)
+
+    @functools.cached_property
+    def optimum(self) -> np.ndarray:
+        scale = min(1.0, self.radius / (2.0 * math.sqrt(self.dim)))
+        optimum = scale * np.arange(1, self.dim + 1) / (self.dim + 1)
+        optimum.flags.writeable = False
+        return optimum
+
+    def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        return (rng.random((self.dim, count)) < self.optimum[:, None]).astype(np.float64)
+
+    def gradients(self, theta: np.ndarray, data: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        return np.subtract(theta[:, None], data, out=out)
+
+    def prox(self, theta: np.ndarray, data: np.ndarray, step: float) -> np.ndarray:
+        return (theta[:, None] + step * data) / (1.0 + step)
+
+    def project(self, theta: np.ndarray) -> np.ndarray:
+        return ball_projection(theta, self.radius)
+
+    def population_loss(self, theta: np.ndarray) -> float:
+        return self.excess_loss(theta) + 0.5 * float(self.optimum @ (1.0 - self.optimum))
+
+    def excess_loss(self, theta: np.ndarray) -> float:
+        gap = theta - self.optimum
+        return 0.5 * float(gap @ gap)

@@ -1,0 +1,186 @@
+"""Seed 001's multi-message shuffle protocols on the engine: every user sends
+m·s one-bit-plus-index messages through Girgis's unbiased randomizers
+(pipeline.protocols.girgis), one shuffler per stream; the analyzer decodes the
+streams' histograms (their sufficient statistic, notes §2.6).
+
+The local budget v is calibrated numerically so that the run's ledger meets
+its (ε, δ) (notes trap 7: the thesis's printed calibration does not).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Iterable
+
+import numpy as np
+
+from pipeline.accounting import mechanisms
+from pipeline.accounting.events import ShuffleLdpDpEvent
+from pipeline.protocols import girgis
+
+_BUDGET_RANGE = (1e-3, 64.0)  # local budgets v searched; above 64 the flip probability is below 1e-28
+
+
+@dataclasses.dataclass(frozen=True)
+class GirgisCall:
+    """One call: the randomizer's parameters and how users were sampled.
+
+    Attributes:
+      randomizer: the parameters of every user's randomizer.
+      users: the call's users (the population under Poisson sampling).
+      population: the users sampled from.
+      sampling: "all", "uniform" or "poisson".
+      rate: the Poisson rate (0 otherwise).
+    """
+
+    randomizer: girgis.GirgisParams
+    users: int
+    population: int
+    sampling: str
+    rate: float
+
+    @property
+    def expected_users(self) -> float:
+        return self.rate * self.population if self.sampling == "poisson" else self.users
+
+
+@dataclasses.dataclass(frozen=True)
+class Histograms:
+    """Some users' message histograms (exact integers: partials add in any order)."""
+
+    users: int
+    counts: np.ndarray
+
+
+class GirgisProtocol:
+    """One of seed 001's randomizers as a shuffle protocol (the interface of CjmpVec).
+
+    Args:
+      accounting: "paper" or "tight", the ledger mode the budget is calibrated for.
+      levels: m, bit planes (linf, l2).
+      messages: s, messages per level (binary, linf, l2); default min(d, 64).
+    """
+
+    kind = ""
+    name = ""
+    model = "shuffle"
+    supports_literal = False
+    supports_sampling = True
+
+    def __init__(self, accounting: str = "paper", levels: int | None = None, messages: int | None = None):
+        if self.kind in ("binary", "l1") and levels not in (None, 1):
+            raise TypeError("levels")
+        if self.kind == "l1" and messages not in (None, 1):
+            raise TypeError("messages")
+        self.accounting = accounting
+        self.levels = levels or 1
+        self.messages = messages
+
+    def radius(self, dim: int, norm_bound: float) -> float:
+        """The randomizer's ball for inputs of ℓ2 norm ≤ Δ: ℓ1 radius √d·Δ, ℓ∞ and ℓ2 radius Δ."""
+        return math.sqrt(dim) * norm_bound if self.kind == "l1" else norm_bound
+
+    def plan(self, round_plan, dim: int) -> GirgisCall:
+        """The call's parameters, with v calibrated to the round's budget.
+
+        Raises:
+          ValueError: the budget cannot be met, or binary inputs are not data.
+        """
+        if self.kind == "binary" and round_plan.inputs != "data":
+            raise ValueError("girgis_binary encodes binary vectors: it runs with mean_estimation on binary data only")
+        return _plan(self.kind, self.accounting, self.levels, self.messages, round_plan.users, round_plan.population,
+                     round_plan.sampling, round_plan.rate, dim, self.radius(dim, round_plan.norm_bound),
+                     round_plan.epsilon, round_plan.delta, round_plan.folds)
+
+    def mean_mse(self, users: int, dim: int, epsilon: float, delta: float, norm_bound: float, folds: int = 1) -> float:
+        """E‖estimated mean − mean‖² of one unsampled call, at the randomizer's worst input."""
+        call = _plan(self.kind, self.accounting, self.levels, self.messages, users, users, "all", 0.0, dim,
+                     self.radius(dim, norm_bound), epsilon, delta, folds)
+        return self.sum_mse(call) / users**2
+
+    @staticmethod
+    def sum_mse(call: GirgisCall) -> float:
+        """The thesis's per-user worst-case MSE times the expected number of reports."""
+        return call.expected_users * girgis.exact_mse_bound(call.randomizer)
+
+    @staticmethod
+    def event(call: GirgisCall, block_size: int) -> ShuffleLdpDpEvent:
+        return _event(call.randomizer, call.users, call.population, call.sampling, call.rate)
+
+    @staticmethod
+    def encode_block(call: GirgisCall, chunks: Iterable[np.ndarray], rng: np.random.Generator, work=None) -> Histograms:
+        """The block's histograms: its users' messages, counted per (level, index, bit)."""
+        counts = np.zeros(girgis.statistic_shape(call.randomizer), dtype=np.int64)
+        users = 0
+        for chunk in chunks:
+            counts += girgis.encode_block(call.randomizer, chunk, rng)
+            users += chunk.shape[1]
+        return Histograms(users, counts)
+
+    @staticmethod
+    def merge(partials: Iterable[Histograms]) -> Histograms:
+        partials = list(partials)
+        counts = partials[0].counts.copy()
+        for part in partials[1:]:
+            counts += part.counts
+        return Histograms(sum(p.users for p in partials), counts)
+
+    @staticmethod
+    def finish(call: GirgisCall, total: Histograms, rng=None) -> Histograms:
+        """The analyzer's statistic is the shuffled streams' histograms themselves."""
+        return total
+
+    @staticmethod
+    def decode(call: GirgisCall, statistic: Histograms) -> np.ndarray:
+        """The unbiased estimate of Σ_i x_i (the thesis's analyzers, without the 1/n)."""
+        if statistic.users == 0:
+            return np.zeros(call.randomizer.dim)
+        return girgis.decode(call.randomizer, statistic.counts)
+
+    @staticmethod
+    def released_count(call: GirgisCall, statistic: Histograms) -> int:
+        """The number of reports that arrived (the shuffler reveals it)."""
+        return statistic.users
+
+
+def _event(randomizer: girgis.GirgisParams, users: int, population: int, sampling: str, rate: float):
+    return ShuffleLdpDpEvent(users, population, sampling, rate, girgis.stream_epsilons(randomizer),
+                             f"girgis_{randomizer.kind}", girgis.bits_per_user(randomizer))
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(kind: str, accounting: str, levels: int, messages: int | None, users: int, population: int,
+          sampling: str, rate: float, dim: int, radius: float, epsilon: float, delta: float,
+          folds: int) -> GirgisCall:
+    """The largest local budget v (to 1e-4 relative) whose `folds` calls spend at most (ε, δ).
+
+    Raises:
+      ValueError: even the smallest budget overspends.
+    """
+    messages = 1 if kind == "l1" else messages or min(dim, 64)
+
+    def build(budget: float) -> girgis.GirgisParams:
+        return girgis.plan_girgis(kind, max(users, 1), dim, radius, budget, levels, messages)
+
+    def spent(budget: float) -> float:
+        event = _event(build(budget), users, population, sampling, rate)
+        return mechanisms.composed_epsilon(event, folds, delta, accounting)
+
+    lo, hi = _BUDGET_RANGE
+    if spent(lo) > epsilon:
+        raise ValueError(f"no local budget v ≥ {lo} meets (ε, δ) = ({epsilon}, {delta}) over {folds} calls")
+    if spent(hi) <= epsilon:
+        lo = hi
+    while hi / lo > 1.0 + 1e-4:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if spent(mid) <= epsilon else (lo, mid)
+    return GirgisCall(build(lo), users, population, sampling, rate)
+
+
+def _protocol(kind: str) -> type:
+    return type(f"Girgis{kind.capitalize()}", (GirgisProtocol,), {"kind": kind, "name": f"girgis_{kind}",
+                                                                 "__doc__": f"Seed 001's {kind} randomizer, shuffled."})
+
+
+GIRGIS_PROTOCOLS = tuple(_protocol(kind) for kind in girgis.KINDS)
