@@ -44,7 +44,7 @@ def _ledger(job: engine.RunJob, records: list[tuple[int, int, int, object]]) -> 
     """A ledger of (round, first user, stop user, protocol params) calls."""
     optimizer, schedule = job.optimizer, job.schedule
     ledger = PrivacyLedger(schedule.composition, optimizer.epsilon, optimizer.delta, schedule.slack,
-                           job.protocol.accounting)
+                           job.protocol.accounting, schedule.release, schedule.rounds - 1)
     for round_index, first, stop, params in records:
         ledger.record(round_index, first, stop, job.protocol.event(params, job.block_size))
     return ledger
@@ -155,6 +155,12 @@ def _check_pairing(run: RunConfig, cls, protocol, problem) -> None:
                           f"{name} releases only its final iterate: logging the others voids its ledger (seed 002)")
 
 
+def _final_only(planned: PlannedRun) -> bool:
+    """Whether only the final round's metrics may be logged (tracking.round_metrics)."""
+    wanted = planned.config["tracking.round_metrics"]
+    return wanted == "final" or (wanted is None and getattr(planned.job.optimizer, "final_iterate_only", False))
+
+
 def theory_rates(planned: PlannedRun) -> dict[str, float]:
     """The run's theoretical rate and the reference rates at its (n, d, ε, δ)."""
     run, problem = planned.config, planned.job.problem.unsmoothed
@@ -238,6 +244,8 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
         "delta_spent": [s[1] for s in spent],
         "wall_s": pd.Series([r.seconds for r in records]).cumsum(),
     })
+    if _final_only(planned):  # the other iterates are secret: not one of them is logged
+        rounds = rounds.tail(1).reset_index(drop=True)
     _finite(rounds[["excess_loss", "population_loss"]], "round metrics")
     epsilon, delta = ledger.total()
     row = {**_row(planned, mlflow_run_id), "final_excess_loss": records[-1].excess_loss, "epsilon": epsilon,

@@ -140,3 +140,24 @@ class ExactSumDpEvent(dp_event.DpEvent):
     """
 
     users: int
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class PnsgdDpEvent(dp_event.DpEvent):
+    """A whole pass of shuffled projected noisy SGD releasing its final iterate only (seed 002, Thm 2).
+
+    Attributes:
+      users: n, the steps of the pass (one user each).
+      sigma: the Gaussian noise added to each gradient (before the step size).
+      lipschitz, smoothness, strong_convexity: L, β, ρ of ℓ(·, x).
+      step_size: η.
+      diameter: D_K of the domain.
+    """
+
+    users: int
+    sigma: float
+    lipschitz: float
+    smoothness: float
+    strong_convexity: float
+    step_size: float
+    diameter: float

@@ -29,7 +29,8 @@ from pipeline.accounting.events import PvecDpEvent
 
 SEQUENTIAL = "sequential"
 FULLY_INTERACTIVE = "fully_interactive"
-COMPOSITIONS = (SEQUENTIAL, FULLY_INTERACTIVE)
+FINAL_ITERATE = "final_iterate"
+COMPOSITIONS = (SEQUENTIAL, FULLY_INTERACTIVE, FINAL_ITERATE)
 PAPER, TIGHT = "paper", "tight"
 ACCOUNTING_MODES = (PAPER, TIGHT)
 
@@ -40,6 +41,7 @@ _RULES = {
     (TIGHT, FULLY_INTERACTIVE): "RDP composition: the rounds' curves added, then converted once",
 }
 _COMPANION_RULES = {
+    FINAL_ITERATE: "only the final iterate is released: nothing is spent before it, its release is accounted whole",
     SEQUENTIAL: "parallel composition over disjoint batches: the worst call's bound, at the run's δ",
     FULLY_INTERACTIVE: "RDP composition: the calls' curves added, then converted once (CKS20 Prop. 12)",
 }
@@ -86,17 +88,21 @@ class PrivacyLedger:
     """
 
     def __init__(self, composition: str, epsilon: float, delta: float, slack: float | None = None,
-                 accounting: str = PAPER):
+                 accounting: str = PAPER, release=None, final_round: int | None = None):
         if composition not in COMPOSITIONS:
             raise ValueError(f"composition {composition!r}: must be one of {COMPOSITIONS}")
         if accounting not in ACCOUNTING_MODES:
             raise ValueError(f"accounting {accounting!r}: must be one of {ACCOUNTING_MODES}")
+        if composition == FINAL_ITERATE and (release is None or final_round is None):
+            raise ValueError("a final-iterate ledger needs the release event and its round")
         if slack is not None and not 0.0 < slack < 1.0:
             raise ValueError(f"the slack δ' must be in (0, 1), got {slack}")
         self.composition = composition
         self.accounting = accounting
         self.target = (epsilon, delta)
         self.slack = slack
+        self.release = release  # FINAL_ITERATE: the event the final iterate's release is accounted by
+        self.final_round = final_round
         self._entries: list[_Entry] = []
         self._user_starts: list[int] = []  # disjoint [start, stop) batches, sorted
         self._user_stops: list[int] = []
@@ -130,7 +136,7 @@ class PrivacyLedger:
                 paper.pvec_analysis_bound(event)
             except ValueError as error:
                 raise LedgerError(f"round {round_index}: {error}") from None
-        if self.composition == SEQUENTIAL:
+        if self.composition in (SEQUENTIAL, FINAL_ITERATE):
             self._claim_users(first_user, stop_user)
         last = self._entries[-1] if self._entries else None
         if last is not None and last.event == event:
@@ -166,6 +172,11 @@ class PrivacyLedger:
         """
         covered = self._covered(round_index)
         mode = accounting or self.accounting
+        if self.composition == FINAL_ITERATE:
+            # Nothing is released before the final iterate (seed 002: the others stay secret).
+            if round_index < self.final_round:
+                return 0.0, 0.0
+            return mechanisms.pnsgd_release_epsilon(self.release, covered[0][0], self.target[1], mode)[0], self.target[1]
         if not isinstance(covered[0][0], PvecDpEvent):
             return self._companion_spent(covered, mode)
         if mode == TIGHT:
@@ -234,6 +245,8 @@ class PrivacyLedger:
         """How the mode bounds each call."""
         if self._pvec:
             return _TIGHT_METHOD
+        if self.composition == FINAL_ITERATE:
+            return mechanisms.pnsgd_release_epsilon(self.release, self._entries[0].event, self.target[1], mode)[1]
         call = mechanisms.tight_call if mode == TIGHT else mechanisms.paper_call
         rules = sorted({call(entry.event).rule for entry in self._entries})
         exact = (mode == TIGHT and self.composition == FULLY_INTERACTIVE
@@ -283,7 +296,7 @@ class PrivacyLedger:
                    if not math.isfinite(epsilon) else {}),
                 "checks": {
                     # record() refuses overlapping batches, so this holds when present.
-                    **({"disjoint_batches": True} if self.composition == SEQUENTIAL else {}),
+                    **({"disjoint_batches": True} if self.composition in (SEQUENTIAL, FINAL_ITERATE) else {}),
                     "within_target": epsilon <= self.target[0] and delta <= self.target[1],
                     "exact_noise_sampler": all(getattr(e.event, "noise_sampler", "binomial") == "binomial"
                                                for e in self._entries),
@@ -292,6 +305,8 @@ class PrivacyLedger:
         return {
             "target": {"epsilon": self.target[0], "delta": self.target[1]},
             "composition": self.composition,
+            **({"release": {**attr.asdict(self.release), "mechanism": "PNSGD", "round": self.final_round}}
+               if self.release is not None else {}),
             "accounting_mode": self.accounting,
             "rounds": self._rounds,
             "events": events,

@@ -266,3 +266,31 @@ def composed_epsilon(event, count: int, delta: float, accounting: str) -> float:
     epsilon = tight_call(event).epsilon(delta, count)
     exact = exact_composition([(event, count)], delta)
     return epsilon if exact is None else min(epsilon, exact)
+
+
+def pnsgd_release_epsilon(release, per_step, delta: float, accounting: str) -> tuple[float, str]:
+    """ε at δ of a PNSGD pass that releases its final iterate (seed 002).
+
+    Paper: Thm 2 (pipeline.accounting.pnsgd). Tight: the smaller of Thm 2 and the
+    per-step Gaussian mechanism, which covers even releasing every iterate (each
+    user is one step: parallel composition).
+
+    Args:
+      release: the pass's PnsgdDpEvent.
+      per_step: one step's GaussianSumDpEvent.
+      delta: the target δ.
+      accounting: "paper" or "tight".
+
+    Returns:
+      (ε, the rule).
+    """
+    from pipeline.accounting import pnsgd
+
+    theorem = pnsgd.pnsgd_epsilon(release.users, release.sigma, delta, release.lipschitz, release.step_size,
+                                  release.diameter, release.smoothness,
+                                  strong_convexity=release.strong_convexity)["epsilon"]
+    rule = "seed 002 Thm 2 (shuffled PNSGD, final iterate only)"
+    if accounting == "paper":
+        return theorem, rule
+    every = composed_epsilon(per_step, 1, delta, "tight")
+    return min(theorem, every), rule + "; or the per-step Gaussian mechanism (every iterate), whichever is smaller"

@@ -5,12 +5,13 @@ from pipeline.optimizers.base import DATA, GRADIENTS, Optimizer, RoundGroup, Rou
 from pipeline.optimizers.full_gd import FullGD, FullGDSmoothed
 from pipeline.optimizers.mean_estimation import MeanEstimation
 from pipeline.optimizers.phased import SeqPhased
+from pipeline.optimizers.pnsgd import PNSGD
 from pipeline.optimizers.sampled_sgd import SGD, CldpSGD, DpSGD, DssSGD
 from pipeline.optimizers.seq_agd import PARAMETER_MODES, SeqAGD, SeqAGDSmoothed
 from pipeline.optimizers.seq_sgd import SeqSGD
 
 OPTIMIZERS = {cls.name: cls for cls in (MeanEstimation, SeqSGD, SeqAGD, SeqAGDSmoothed, SeqPhased, FullGD, FullGDSmoothed,
-                                        SGD, DpSGD, CldpSGD, DssSGD)}
+                                        SGD, DpSGD, CldpSGD, DssSGD, PNSGD)}
 
-__all__ = ["SGD", "CldpSGD", "DpSGD", "DssSGD", "DATA", "GRADIENTS", "OPTIMIZERS", "PARAMETER_MODES", "FullGD", "FullGDSmoothed", "MeanEstimation", "Optimizer",
+__all__ = ["PNSGD", "SGD", "CldpSGD", "DpSGD", "DssSGD", "DATA", "GRADIENTS", "OPTIMIZERS", "PARAMETER_MODES", "FullGD", "FullGDSmoothed", "MeanEstimation", "Optimizer",
            "RoundGroup", "RoundPlan", "Schedule", "SeqAGD", "SeqAGDSmoothed", "SeqPhased", "SeqSGD"]

@@ -40,6 +40,8 @@ class RoundGroup:
         them, without replacement) or "poisson" (each with probability `rate`),
         drawn afresh each round.
       sample_size, rate: the sampling's parameter.
+      noise_std: when > 0, the noise the protocol adds is fixed by the optimizer
+        (PNSGD's σ) instead of calibrated to the round's budget.
     """
 
     rounds: int
@@ -53,6 +55,7 @@ class RoundGroup:
     sampling: str = "all"
     sample_size: int = 0
     rate: float = 0.0
+    noise_std: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +74,7 @@ class RoundPlan:
     sampling: str = "all"
     sample_size: int = 0
     rate: float = 0.0
+    noise_std: float = 0.0
 
     @property
     def population(self) -> int:
@@ -94,12 +98,14 @@ class Schedule:
       groups: the rounds, in order.
       inputs: GRADIENTS or DATA.
       slack: δ' of advanced composition (fully interactive only).
+      release: the event that accounts the released output ("final_iterate" only).
     """
 
     composition: str
     groups: tuple[RoundGroup, ...]
     inputs: str = GRADIENTS
     slack: float | None = None
+    release: object = None
 
     def __post_init__(self):
         starts, total = [], 0
@@ -127,7 +133,7 @@ class Schedule:
         first = group.first_user + (round_index - self._starts[at]) * group.user_stride
         return RoundPlan(
             round_index, first, first + group.users, group.epsilon, group.delta, group.norm_bound, self.inputs,
-            group.folds, group.sampling, group.sample_size, group.rate,
+            group.folds, group.sampling, group.sample_size, group.rate, group.noise_std,
         )
 
 

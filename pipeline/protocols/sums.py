@@ -185,6 +185,10 @@ class SumProtocol:
         Raises:
           ValueError: the budget cannot be met.
         """
+        if getattr(round_plan, "noise_std", 0.0) > 0.0:  # the optimizer fixes the noise (PNSGD)
+            params = SumParams(self.name, round_plan.users, round_plan.population, round_plan.sampling,
+                               round_plan.rate, dim, round_plan.norm_bound, sigma=round_plan.noise_std)
+            return dataclasses.replace(params, quantum=_quantum(self._largest_total(params)))
         return _plan(type(self), self.accounting, round_plan.users, round_plan.population, round_plan.sampling,
                      round_plan.rate, dim, round_plan.epsilon, round_plan.delta, round_plan.norm_bound,
                      round_plan.folds)
