@@ -7,16 +7,23 @@ import pytest
 
 from pipeline import engine
 from pipeline.engine.local import LocalPool
-from pipeline.optimizers import FullGD, MeanEstimation, SeqAGD, SeqSGD
-from pipeline.problems import Quadratic
-from pipeline.protocols import CjmpVec
+from pipeline.optimizers import CldpSGD, DpSGD, DssSGD, FullGD, MeanEstimation, MirrorDescentL1, PNSGD, SeqAGD, SeqSGD
+from pipeline.problems import L1LeastSquares, Quadratic
+from pipeline.protocols import CjmpVec, build_protocol
 from pipeline.protocols.cjmp import ShuffledCounts
 
 PROBLEM = Quadratic(dim=3, radius=1.0)
 
 
-def _job(optimizer, n, simulation="exact", block_size=128, seed=7, accounting="paper"):
-    return engine.RunJob(PROBLEM, optimizer, CjmpVec(accounting), seed, n, block_size, simulation)
+def _job(optimizer, n, simulation="exact", block_size=128, seed=7, accounting="paper", protocol=None):
+    return engine.RunJob(optimizer.problem, optimizer, protocol or CjmpVec(accounting), seed, n, block_size, simulation)
+
+
+def _companion(cls, protocol_name, n, problem=PROBLEM, **overrides):
+    """A companion optimizer on a tight-calibrated companion protocol."""
+    protocol = build_protocol(protocol_name, "tight")
+    optimizer = cls.from_config(problem, n, 2.0, 1e-5, accounting="tight", protocol=protocol, **overrides)
+    return _job(optimizer, n, protocol=protocol)
 
 
 def _jobs():
@@ -29,6 +36,13 @@ def _jobs():
         # Tight-calibrated P_vec and AC-SA's extrapolated queries.
         "seq_agd": _job(SeqAGD.from_config(PROBLEM, n, 2.0, 1e-5, batch_size=53, accounting="tight",
                                            parameters="calibrated"), n, accounting="tight"),
+        # Sampled rounds (uniform k of n, Poisson), central noise drawn after the merge,
+        # fixed-point sums and integer histograms.
+        "cldp_sgd": _companion(CldpSGD, "girgis_l2", n, batch_size=45),
+        "dss_sgd": _companion(DssSGD, "shuffle_gaussian", n, batch_size=30),
+        "dp_sgd": _companion(DpSGD, "central_gaussian", n, batch_size=40),
+        "pnsgd": _companion(PNSGD, "central_gaussian", 500),
+        "mirror_descent_l1": _companion(MirrorDescentL1, "central_gaussian", n, problem=L1LeastSquares(4, 1.0)),
     }
 
 
@@ -37,7 +51,8 @@ def _trace(job, backend, shards):
     return np.array([r.excess_loss for r in records]), job.optimizer.output(state)
 
 
-@pytest.mark.parametrize("name", ["mean_estimation", "seq_sgd", "full_gd", "seq_agd"])
+@pytest.mark.parametrize("name", ["mean_estimation", "seq_sgd", "full_gd", "seq_agd", "cldp_sgd", "dss_sgd",
+                                  "dp_sgd", "pnsgd", "mirror_descent_l1"])
 def test_bit_identical_for_any_shards_and_local_vs_ray(ray_session, name):
     job = _jobs()[name]
     reference_losses, reference_theta = _trace(job, "local", 1)

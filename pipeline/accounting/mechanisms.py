@@ -228,21 +228,26 @@ def exact_composition(events_counts: list[tuple[object, int]], delta: float) -> 
         mu = math.sqrt(sum(count * (e.sensitivity / e.sigma) ** 2 for e, count in events_counts))
         return gaussian_epsilon(mu, delta)
     if all(isinstance(e, PoissonGaussianDpEvent) for e in events):
-        return _poisson_pld_epsilon(tuple((e.rate, e.sigma, e.sensitivity, count) for e, count in events_counts), delta)
+        # The PLD's grid scales with the loss: the RDP estimate sets it, so that large ε stay cheap.
+        rough = CallCurve(sum(count * paper_call(e).rdp for e, count in events_counts), None, "").epsilon(delta)
+        interval = _PLD_INTERVAL * max(1.0, min(rough, 100.0))
+        return _poisson_pld_epsilon(tuple((e.rate, e.sigma, e.sensitivity, count) for e, count in events_counts),
+                                    delta, interval)
     return None
 
 
 @functools.lru_cache(maxsize=4096)
-def _poisson_pld_epsilon(calls: tuple, delta: float) -> float:
+def _poisson_pld_epsilon(calls: tuple, delta: float, interval: float) -> float:
     """PLD composition of Poisson-subsampled Gaussians under replace-one (dp_accounting).
 
     dp_accounting's replace-one pair is (1 − q)N(0, σ²) + qN(±C, σ²): its
     `sensitivity` is the distance of one record's contribution from zero, C = Δ/2.
+    The estimate is pessimistic at any grid `interval`: a coarser grid only loosens it.
     """
     composed = None
     for rate, sigma, sensitivity, count in calls:
         pld = pld_lib.from_gaussian_mechanism(
-            sigma, sensitivity=sensitivity / 2.0, sampling_prob=rate, value_discretization_interval=_PLD_INTERVAL,
+            sigma, sensitivity=sensitivity / 2.0, sampling_prob=rate, value_discretization_interval=interval,
             neighboring_relation=pld_lib.NeighborRel.REPLACE_ONE,
         ).self_compose(count)
         composed = pld if composed is None else composed.compose(pld)

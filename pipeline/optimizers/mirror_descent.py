@@ -40,7 +40,7 @@ class MirrorDescentL1(SampledSGD):
     """
 
     name: ClassVar[str] = "mirror_descent_l1"
-    protocols: ClassVar[tuple] = ("central_gaussian", "shuffle_gaussian")
+    protocols: ClassVar[tuple] = ("central_gaussian", "shuffle_gaussian", "none")
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,

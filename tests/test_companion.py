@@ -1,0 +1,286 @@
+"""Companion protocols, sampling and accountants (issue #5): each checked against
+exact formulas, published or independently computed numbers, and the sampling
+its accountant assumes. Statistical tolerances are 5 standard errors of the
+exact variance."""
+from __future__ import annotations
+
+import math
+import types
+
+import numpy as np
+import pytest
+from scipy import special, stats
+
+from pipeline import engine
+from pipeline.accounting import mechanisms, shuffle_ldp
+from pipeline.accounting.events import GaussianSumDpEvent, PoissonGaussianDpEvent, ShuffleLdpDpEvent
+from pipeline.accounting.ledger import FULLY_INTERACTIVE, PrivacyLedger
+from pipeline.accounting.pvec_tight import analytic_gaussian_sigma
+from pipeline.engine.layout import BlockLayout, sampled_users
+from pipeline.optimizers import DssSGD
+from pipeline.problems import Quadratic
+from pipeline.protocols import build_protocol
+from pipeline.protocols.sums import duchi_report_norm
+
+DIM = 4
+
+
+def _plan(users=200, population=None, sampling="all", rate=0.0, epsilon=1.0, delta=1e-6, norm=1.0, folds=1):
+    return types.SimpleNamespace(users=users, population=population or users, sampling=sampling, rate=rate,
+                                 epsilon=epsilon, delta=delta, norm_bound=norm, folds=folds, inputs="gradients",
+                                 noise_std=0.0)
+
+
+def _inputs(rng, users, norm=1.0):
+    x = rng.standard_normal((DIM, users))
+    return x * (norm * rng.random(users) / np.linalg.norm(x, axis=0))  # inside the ball
+
+
+def _released(protocol, params, inputs, seed):
+    rng = np.random.default_rng(seed)
+    total = protocol.encode_block(params, [inputs.copy()], rng)
+    return protocol.decode(params, protocol.finish(params, total, rng))
+
+
+@pytest.mark.parametrize("name", ["central_gaussian", "shuffle_gaussian"])
+def test_gaussian_protocols_are_unbiased_with_their_exact_mse(name):
+    protocol = build_protocol(name, "tight")
+    params = protocol.plan(_plan(), DIM)
+    inputs = _inputs(np.random.default_rng(0), 200)
+    truth = inputs.sum(axis=1)
+    trials = 2000
+    errors = np.array([_released(protocol, params, inputs, seed) - truth for seed in range(trials)])
+    per_coordinate = protocol.sum_mse(params) / DIM  # σ² (central) or n·σ² (shuffle): Gaussian noise only
+    assert np.all(np.abs(errors.mean(axis=0)) < 5 * math.sqrt(per_coordinate / trials))
+    squared = (errors**2).sum(axis=1)
+    # ‖e‖² is σ²χ²_d: variance 2dσ⁴.
+    assert abs(squared.mean() - protocol.sum_mse(params)) < 5 * math.sqrt(2 * DIM * per_coordinate**2 / trials)
+
+
+def test_duchi_randomizer_is_unbiased_with_norm_b_and_the_closed_form_constant():
+    protocol = build_protocol("local_l2", "paper")
+    params = protocol.plan(_plan(users=1), DIM)
+    assert params.epsilon0 == pytest.approx(1.0, rel=1e-12)
+    # B = r coth(ε/2) √π Γ((d+1)/2)/Γ(d/2): E|⟨U, e⟩| = Γ(d/2)/(√π Γ((d+1)/2)) for U uniform on the sphere.
+    expected = math.sqrt(math.pi) * math.exp(special.gammaln((DIM + 1) / 2) - special.gammaln(DIM / 2)) / math.tanh(0.5)
+    assert params.report_norm == pytest.approx(expected, rel=1e-12)
+    assert duchi_report_norm(DIM, 2.0, 1.0) == pytest.approx(2 * expected, rel=1e-12)
+    x = np.array([0.6, -0.3, 0.2, 0.0])[:, None]
+    trials = 40_000
+    reports = _released(protocol, protocol.plan(_plan(users=trials), DIM), np.repeat(x, trials, axis=1), 1)
+    # The report's coordinates have E = x and E Z_j² = B²/d (uniform on the sphere, symmetric in j).
+    standard_error = math.sqrt(params.report_norm**2 / DIM / trials)
+    assert np.all(np.abs(reports / trials - x[:, 0]) < 5 * standard_error)
+
+
+def test_duchi_reports_all_have_norm_b_and_density_ratio_e_eps():
+    protocol = build_protocol("local_l2", "paper")
+    params = protocol.plan(_plan(users=1000, epsilon=2.0), DIM)
+    rng = np.random.default_rng(3)
+    from pipeline.protocols.sums import duchi_reports
+
+    x = np.zeros((DIM, 20_000))
+    x[0] = 1.0
+    reports = duchi_reports(x.copy(), params, rng)
+    np.testing.assert_allclose(np.linalg.norm(reports, axis=0), params.report_norm, rtol=1e-12)
+    # P(⟨Z, e1⟩ > 0) = e^ε/(e^ε + 1) for x = e1 (the sign is +1 surely at ‖x‖ = r).
+    p = math.exp(2.0) / (math.exp(2.0) + 1)
+    share = np.mean(reports[0] > 0)
+    assert abs(share - p) < 5 * math.sqrt(p * (1 - p) / x.shape[1])
+
+
+def test_exact_sum_is_exact_up_to_the_fixed_point_unit():
+    protocol = build_protocol("none")
+    params = protocol.plan(_plan(users=1000), DIM)
+    inputs = _inputs(np.random.default_rng(5), 1000)
+    released = _released(protocol, params, inputs, 0)
+    assert np.all(np.abs(released - inputs.sum(axis=1)) <= params.quantum)
+
+
+@pytest.mark.parametrize("name", ["none", "central_gaussian", "shuffle_gaussian", "local_l2", "girgis_l2"])
+def test_partials_add_to_the_same_bits_in_any_grouping(name):
+    protocol = build_protocol(name, "tight")
+    params = protocol.plan(_plan(users=300), DIM)
+    inputs = _inputs(np.random.default_rng(6), 300)
+    blocks = [protocol.encode_block(params, [inputs[:, i:i + 30].copy()], np.random.default_rng(i)) for i in
+              range(0, 300, 30)]
+    one = protocol.merge(blocks)
+    grouped = protocol.merge([protocol.merge(blocks[:4]), protocol.merge(blocks[4:7]), protocol.merge(blocks[7:])])
+    shuffled = protocol.merge(blocks[::-1])
+    first = protocol.decode(params, protocol.finish(params, one, np.random.default_rng(9)))
+    for other in (grouped, shuffled):
+        again = protocol.decode(params, protocol.finish(params, other, np.random.default_rng(9)))
+        assert first.tobytes() == again.tobytes()
+
+
+def _union(layout, plan, partition):
+    chosen = {}
+    for blocks in partition:
+        chosen.update(sampled_users(layout, 11, plan, blocks))
+    return np.concatenate([chosen[b] for b in sorted(chosen)]) if chosen else np.zeros(0, int)
+
+
+def test_uniform_sampling_takes_exactly_k_uniformly_whatever_the_sharding():
+    layout = BlockLayout(1000, 64)
+    rounds, k = 3000, 50
+    hits = np.zeros(1000)
+    for r in range(rounds):
+        plan = types.SimpleNamespace(round=r, first_user=0, stop_user=1000, sampling="uniform", sample_size=k, rate=0.0)
+        users = _union(layout, plan, [range(0, 16)])
+        if r < 20:
+            assert np.array_equal(users, _union(layout, plan, [range(0, 5), range(5, 11), range(11, 16)]))
+        assert users.size == k and np.unique(users).size == k
+        hits[users] += 1
+    # Each user is in a round with probability k/n: Binomial(rounds, k/n) hits.
+    q = k / 1000
+    assert np.all(np.abs(hits - rounds * q) < 5 * math.sqrt(rounds * q * (1 - q)) + 1)
+    assert stats.chisquare(hits).pvalue > 1e-6
+
+
+def test_poisson_sampling_has_binomial_sizes_and_independent_memberships():
+    layout = BlockLayout(500, 64)
+    rounds, q = 4000, 0.03
+    sizes, pair = [], 0
+    for r in range(rounds):
+        plan = types.SimpleNamespace(round=r, first_user=0, stop_user=500, sampling="poisson", sample_size=0, rate=q)
+        users = _union(layout, plan, [range(0, 8)])
+        if r < 20:
+            assert np.array_equal(users, _union(layout, plan, [range(0, 3), range(3, 8)]))
+        sizes.append(users.size)
+        pair += (0 in users) and (499 in users)  # users in different blocks: independent
+    sizes = np.array(sizes)
+    assert abs(sizes.mean() - 500 * q) < 5 * math.sqrt(500 * q * (1 - q) / rounds)
+    # The sample variance of Bin(n, q): its own SE ≈ σ²·√(2/rounds).
+    assert abs(sizes.var() - 500 * q * (1 - q)) < 5 * 500 * q * (1 - q) * math.sqrt(2 / rounds)
+    assert abs(pair - rounds * q * q) < 5 * math.sqrt(rounds * q * q) + 1
+
+
+def test_dss_sgd_skips_empty_rounds_and_counts_the_clock():
+    problem = Quadratic(dim=DIM, radius=1.0)
+    protocol = build_protocol("shuffle_gaussian", "tight")
+    optimizer = DssSGD.from_config(problem, 60, 2.0, 1e-5, batch_size=1, rounds=40, accounting="tight",
+                                   protocol=protocol)
+    state = optimizer.init()
+    moved = optimizer.update(state, None)
+    assert np.array_equal(moved.theta, state.theta) and moved.steps == 1
+    job = engine.RunJob(problem, optimizer, protocol, 3, 60, 16)
+    _, records = engine.execute(job, "local", 2)
+    users = np.array([r.users for r in records])
+    # K_t ~ Bin(60, 1/60): P(K = 0) ≈ 0.364 per round.
+    assert 0 < (users == 0).sum() < 40
+    losses = np.array([r.excess_loss for r in records])
+    empty = np.flatnonzero(users == 0)
+    empty = empty[empty > 0]
+    assert np.array_equal(losses[empty], losses[empty - 1])  # no step: the released θ is unchanged
+
+
+def test_composed_gaussians_are_exact_gdp():
+    # Two independent implementations: the analytic Gaussian (Balle–Wang) σ for (ε, δ),
+    # and the μ-GDP conversion at μ = Δ/σ, must agree.
+    sigma = analytic_gaussian_sigma(1.0, 1e-6, 2.0)
+    assert mechanisms.gaussian_epsilon(2.0 / sigma, 1e-6) == pytest.approx(1.0, rel=1e-3)
+    event = GaussianSumDpEvent(100, 100, DIM, 2.0, sigma * math.sqrt(10))
+    ledger = PrivacyLedger(FULLY_INTERACTIVE, 1.0, 1e-6, accounting="tight")
+    for r in range(10):
+        ledger.record(r, 0, 100, event)
+    assert ledger.total()[0] == pytest.approx(1.0, rel=1e-3)  # √10 calls at √10 σ: μ unchanged
+    assert ledger.total("paper")[0] > ledger.total()[0]  # RDP is an upper bound on the exact
+
+
+def test_poisson_gaussian_pld_matches_gdp_at_rate_one_and_amplifies_below():
+    # At q = 1 the replace-one pair is N(±C, σ²): the Gaussian with Δ = 2C, exactly μ-GDP.
+    full = mechanisms.composed_epsilon(PoissonGaussianDpEvent(1000, 1.0, DIM, 2.0, 4.0), 5, 1e-6, "tight")
+    exact = mechanisms.gaussian_epsilon(math.sqrt(5) * 2.0 / 4.0, 1e-6)
+    assert exact <= full <= exact + 0.01
+    sampled = PoissonGaussianDpEvent(1000, 0.01, DIM, 2.0, 4.0)
+    assert mechanisms.composed_epsilon(sampled, 5, 1e-6, "tight") < 0.1 * full
+    assert mechanisms.composed_epsilon(sampled, 5, 1e-6, "paper") >= mechanisms.composed_epsilon(sampled, 5, 1e-6,
+                                                                                                 "tight")
+
+
+def test_joint_convexity_bound_is_the_unsampled_curve_at_rate_one_and_monotone():
+    curve = mechanisms._gaussian_curve(2.0, 3.0)
+    np.testing.assert_allclose(mechanisms._mixture(1.0, [(1.0, curve)]), curve, rtol=1e-12)
+    rates = [0.01, 0.1, 0.5, 1.0]
+    mixed = [mechanisms._mixture(q, [(q, curve)]) for q in rates]
+    assert all(np.all(a <= b + 1e-15) for a, b in zip(mixed, mixed[1:]))
+
+
+@pytest.mark.parametrize("sampling", ["all", "uniform", "poisson"])
+def test_shuffle_ldp_ledger_is_never_below_the_exact_shuffled_rr_lower_bound(sampling):
+    eps0, n = 1.0, 2000
+    event = ShuffleLdpDpEvent(n if sampling != "uniform" else 500, n, sampling, 0.25 if sampling == "poisson" else 0.0,
+                              (eps0,), "girgis_linf", 2)
+    for mode in ("paper", "tight"):
+        spent = mechanisms.composed_epsilon(event, 1, 1e-6, mode)
+        assert spent <= eps0 + 1e-12  # never above the pure local ε0 curve's conversion... at worst ε0
+        if sampling == "all":  # a real pair of the mechanism: shuffled binary randomized response
+            assert spent >= shuffle_ldp.shuffle_ldp_lower_epsilon(n, eps0, 1e-6)["epsilon"]
+
+
+@pytest.mark.parametrize("name", ["central_gaussian", "shuffle_gaussian", "girgis_l2", "girgis_linf", "local_l2"])
+@pytest.mark.parametrize("accounting", ["paper", "tight"])
+def test_calibrated_protocols_meet_the_budget_without_waste(name, accounting):
+    protocol = build_protocol(name, accounting)
+    plan = _plan(users=2000, epsilon=1.0, delta=1e-6, folds=1)
+    params = protocol.plan(plan, DIM)
+    spent = mechanisms.composed_epsilon(protocol.event(params, 64), 1, 1e-6, accounting)
+    assert 0.99 <= spent <= 1.0
+
+
+def test_sampled_calibration_meets_the_composed_budget():
+    protocol = build_protocol("girgis_l2", "tight")
+    plan = _plan(users=100, population=5000, sampling="uniform", folds=50)
+    call = protocol.plan(plan, DIM)
+    assert 0.99 <= mechanisms.composed_epsilon(protocol.event(call, 64), 50, 1e-6, "tight") <= 1.0
+
+
+def _final_losses(settings: dict, seeds: range) -> np.ndarray:
+    """Final excess losses of one config over seeds, run in process."""
+    from pipeline.config import expand
+    from pipeline.runner import plan_run
+
+    tree = {"experiment": "companion", "n_users": 2000, "problem": {"name": "quadratic", "dim": 3, "radius": 1.0},
+            "privacy": {"accounting": "tight", "delta": 1e-6}, "seeds": list(seeds), "tracking": {"out": "unused"}}
+    for dotted, value in settings.items():
+        node = tree
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    losses = []
+    for run in expand(tree):
+        job = plan_run(run).job
+        losses.append(engine.execute(job, "local", 1)[1][-1].excess_loss)
+    return np.array(losses)
+
+
+PAIRS = [
+    {"optimizer.name": "seq_sgd", "privacy.protocol": "central_gaussian", "optimizer.batch_size": 40},
+    {"optimizer.name": "seq_sgd", "privacy.protocol": "shuffle_gaussian", "optimizer.batch_size": 40},
+    {"optimizer.name": "seq_sgd", "privacy.protocol": "local_l2", "optimizer.batch_size": 40},
+    {"optimizer.name": "seq_sgd", "privacy.protocol": "girgis_l2", "optimizer.batch_size": 40},
+    {"optimizer.name": "cldp_sgd", "privacy.protocol": "girgis_linf", "optimizer.batch_size": 100},
+    {"optimizer.name": "dss_sgd", "privacy.protocol": "shuffle_gaussian", "optimizer.batch_size": 100},
+    {"optimizer.name": "dp_sgd", "privacy.protocol": "central_gaussian", "optimizer.batch_size": 40},
+    {"optimizer.name": "mirror_descent_l1", "privacy.protocol": "central_gaussian", "problem.name": "l1_least_squares"},
+    # PNSGD has no noiseless twin: its gap is to θ* itself.
+    {"optimizer.name": "pnsgd", "privacy.protocol": "central_gaussian"},
+]
+
+
+@pytest.mark.parametrize("settings", PAIRS, ids=lambda s: f"{s['optimizer.name']}-{s['privacy.protocol']}")
+def test_every_private_optimizer_approaches_its_non_private_run_as_epsilon_grows(settings):
+    """The gap to the same algorithm on exact sums shrinks from ε = 0.1 to ε = 15,
+    by more than 5 standard errors of the difference (20 seeds each)."""
+    seeds = range(20)
+    exact = dict(settings, **{"privacy.protocol": "none"})
+    if settings["optimizer.name"] == "dp_sgd":
+        exact["optimizer.name"] = "seq_sgd"  # the same averaged SGD over the same batches, noiseless
+        exact["optimizer.step_size"] = None
+    baseline = 0.0 if settings["optimizer.name"] == "pnsgd" else _final_losses(
+        {k: v for k, v in exact.items() if v is not None}, seeds)
+    low = _final_losses({**settings, "privacy.epsilon": 0.1}, seeds) - baseline
+    high = _final_losses({**settings, "privacy.epsilon": 15.0}, seeds) - baseline
+    difference = low - high
+    assert difference.mean() > 5 * difference.std(ddof=1) / math.sqrt(len(seeds)), (low, high)
