@@ -126,6 +126,22 @@ def _compare(runs: pd.DataFrame, axes) -> None:
     axes.legend(fontsize=7)
 
 
+def _models_vs_epsilon(runs: pd.DataFrame, axes) -> None:
+    """Final excess loss vs ε at the largest n, one line per (optimizer, protocol);
+    non-private runs (ε = ∞ spent) as horizontal lines."""
+    largest = runs[runs["n_users"] == runs["n_users"].max()]
+    for (optimizer, protocol), group in largest.groupby(["optimizer.name", "privacy.protocol"]):
+        curve = group.groupby("privacy.epsilon")["final_excess_loss"].mean()
+        label = f"{optimizer} / {protocol} ({group['privacy.model'].iloc[0]})"
+        if protocol == "none":
+            axes.axhline(curve.mean(), color="black", linestyle="--", label=f"{label}: non-private")
+        else:
+            axes.plot(curve.index, curve.to_numpy(), marker="o", label=label)
+    axes.set(xscale="log", yscale="log", xlabel="target ε", ylabel="final excess loss (mean over seeds)",
+             title=f"Privacy models compared at n = {runs['n_users'].max()}")
+    axes.legend(fontsize=7)
+
+
 def build_report(out: str | Path) -> list[Path]:
     """Draws the report's figures into OUT/report/.
 
@@ -147,7 +163,9 @@ def build_report(out: str | Path) -> list[Path]:
     for name, draw in (("excess_vs_round", lambda ax: _excess_vs_round(runs, rounds, ax)),
                        ("excess_vs_n", lambda ax: _excess_vs_n(runs, ax)),
                        ("epsilon_vs_round", lambda ax: _epsilon_vs_round(runs, rounds, ax)),
-                       ("compare_optimizers", lambda ax: _compare(runs, ax))):
+                       ("compare_optimizers", lambda ax: _compare(runs, ax)),
+                       *([("compare_models", lambda ax: _models_vs_epsilon(runs, ax))]
+                         if runs["privacy.protocol"].nunique() > 1 else [])):
         figure, axes = plt.subplots(figsize=(8, 5))
         result = draw(axes)
         slopes = result if result is not None else slopes

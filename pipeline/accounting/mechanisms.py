@@ -196,7 +196,8 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
     and rounded up.
     """
     def excess(eps: float) -> float:
-        return stats.norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2) - delta
+        # e^ε Φ(·) in log space: each factor alone overflows at large μ.
+        return stats.norm.cdf(-eps / mu + mu / 2) - math.exp(eps + stats.norm.logcdf(-eps / mu - mu / 2)) - delta
 
     if excess(0.0) <= 0.0:
         return 0.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import bisect
+import functools
 import dataclasses
 from typing import Any, Callable, ClassVar
 
@@ -159,6 +160,10 @@ def best_batch_size(n_users: int, bound: Callable[[int], float]) -> int:
     """The batch size in [1, n] that minimizes an explicit utility bound, over 60
     log-spaced candidates (calibrated parameter mode).
 
+    The bounds here are unimodal in B (noise falls, the number of steps falls), so
+    a ternary search over the candidates finds the same minimum in ~12
+    evaluations instead of 60; each can be a protocol calibration.
+
     Args:
       n_users: n.
       bound: the bound as a function of the batch size B.
@@ -167,7 +172,15 @@ def best_batch_size(n_users: int, bound: Callable[[int], float]) -> int:
       The minimizing B.
     """
     candidates = sorted({max(1, round(size)) for size in np.geomspace(1, n_users, 60)})
-    return min(candidates, key=bound)
+    value = functools.lru_cache(maxsize=None)(bound)
+    low, high = 0, len(candidates) - 1
+    while high - low > 2:
+        left, right = low + (high - low) // 3, high - (high - low) // 3
+        if value(candidates[left]) <= value(candidates[right]):
+            high = right
+        else:
+            low = left
+    return min(candidates[low: high + 1], key=value)
 
 
 class Optimizer(abc.ABC):
