@@ -319,6 +319,8 @@ def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridS
       ConfigError: bad input, before any run starts or anything is written.
       KeyboardInterrupt: after marking the runs in flight failed.
     """
+    # Planning calibrates every protocol (a numerical search per round shape): say so.
+    say(f"planning {len(runs)} runs (protocol calibration and ledgers)")
     planned = [plan_run(run) for run in runs]
     first = runs[0]
     store = ParquetStore(first["tracking.out"])

@@ -264,8 +264,10 @@ PAIRS = [
     {"optimizer.name": "dss_sgd", "privacy.protocol": "shuffle_gaussian", "optimizer.batch_size": 100},
     {"optimizer.name": "dp_sgd", "privacy.protocol": "central_gaussian", "optimizer.batch_size": 40},
     {"optimizer.name": "mirror_descent_l1", "privacy.protocol": "central_gaussian", "problem.name": "l1_least_squares"},
-    # PNSGD has no noiseless twin: its gap is to θ* itself.
+    # PNSGD and Frank–Wolfe have no noiseless twin here: their gap is to θ* itself.
     {"optimizer.name": "pnsgd", "privacy.protocol": "central_gaussian"},
+    {"optimizer.name": "frank_wolfe_l1", "privacy.protocol": "report_noisy_max", "problem.name": "l1_least_squares",
+     "n_users": 20000},
 ]
 
 
@@ -278,9 +280,29 @@ def test_every_private_optimizer_approaches_its_non_private_run_as_epsilon_grows
     if settings["optimizer.name"] == "dp_sgd":
         exact["optimizer.name"] = "seq_sgd"  # the same averaged SGD over the same batches, noiseless
         exact["optimizer.step_size"] = None
-    baseline = 0.0 if settings["optimizer.name"] == "pnsgd" else _final_losses(
+    baseline = 0.0 if settings["optimizer.name"] in ("pnsgd", "frank_wolfe_l1") else _final_losses(
         {k: v for k, v in exact.items() if v is not None}, seeds)
     low = _final_losses({**settings, "privacy.epsilon": 0.1}, seeds) - baseline
     high = _final_losses({**settings, "privacy.epsilon": 15.0}, seeds) - baseline
     difference = low - high
     assert difference.mean() > 5 * difference.std(ddof=1) / math.sqrt(len(seeds)), (low, high)
+
+
+def test_frank_wolfe_tree_matches_the_notes_counts_and_theorem_6a_at_the_root():
+    from pipeline.optimizers.frank_wolfe import FrankWolfeL1, tree_nodes
+    from pipeline.problems import L1LeastSquares
+
+    for phases, batch in ((1, 64), (3, 64), (5, 256)):
+        nodes = tree_nodes(phases, batch)
+        # Notes seed-003 §2.3: T·b + b·T(T+1)/4 samples and 2^{T+1} − 2 leaves.
+        assert sum(n.users for n in nodes) == phases * batch + batch * phases * (phases + 1) // 4
+        assert sum(n.leaf for n in nodes) == 2 ** (phases + 1) - 2
+    problem = L1LeastSquares(8, 1.0)
+    optimizer = FrankWolfeL1.from_config(problem, 30000, 1.0, 1e-6)
+    b, lip, diameter = optimizer.batch, problem.lipschitz_inf, problem.diameter
+    # At Theorem 6a's λ_t = 2LD·2^t/(bε) a root spends exactly ε: 2^t selections of 2Δ/λ, Δ = R·2L/b.
+    roots = [e for e in optimizer._events(2 * lip * diameter / b) if e.users == b]
+    assert all(mechanisms.composed_epsilon(e, 1, 1e-6, "paper") == pytest.approx(1.0, rel=1e-12) for e in roots)
+    assert optimizer._spent(optimizer.scale) <= 1.0 < optimizer._spent(optimizer.scale * 0.999)
+    tight = FrankWolfeL1.from_config(problem, 30000, 1.0, 1e-6, accounting="tight")
+    assert tight.scale <= optimizer.scale

@@ -7,7 +7,8 @@ import pytest
 
 from pipeline import engine
 from pipeline.engine.local import LocalPool
-from pipeline.optimizers import CldpSGD, DpSGD, DssSGD, FullGD, MeanEstimation, MirrorDescentL1, PNSGD, SeqAGD, SeqSGD
+from pipeline.optimizers import (PNSGD, CldpSGD, DpSGD, DssSGD, FrankWolfeL1, FullGD, MeanEstimation, MirrorDescentL1,
+                                 SeqAGD, SeqSGD)
 from pipeline.problems import L1LeastSquares, Quadratic
 from pipeline.protocols import CjmpVec, build_protocol
 from pipeline.protocols.cjmp import ShuffledCounts
@@ -43,6 +44,9 @@ def _jobs():
         "dp_sgd": _companion(DpSGD, "central_gaussian", n, batch_size=40),
         "pnsgd": _companion(PNSGD, "central_gaussian", 500),
         "mirror_descent_l1": _companion(MirrorDescentL1, "central_gaussian", n, problem=L1LeastSquares(4, 1.0)),
+        # Two-point queries and the curator's own noise stream.
+        "frank_wolfe_l1": _companion(FrankWolfeL1, "report_noisy_max", n, problem=L1LeastSquares(4, 1.0),
+                                     batch_size=300),
     }
 
 
@@ -52,7 +56,7 @@ def _trace(job, backend, shards):
 
 
 @pytest.mark.parametrize("name", ["mean_estimation", "seq_sgd", "full_gd", "seq_agd", "cldp_sgd", "dss_sgd",
-                                  "dp_sgd", "pnsgd", "mirror_descent_l1"])
+                                  "dp_sgd", "pnsgd", "mirror_descent_l1", "frank_wolfe_l1"])
 def test_bit_identical_for_any_shards_and_local_vs_ray(ray_session, name):
     job = _jobs()[name]
     reference_losses, reference_theta = _trace(job, "local", 1)

@@ -161,3 +161,23 @@ class PnsgdDpEvent(dp_event.DpEvent):
     strong_convexity: float
     step_size: float
     diameter: float
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class NoisyMaxDpEvent(dp_event.DpEvent):
+    """A node of seed 003's Frank–Wolfe tree: its users' gradients reach `leaves`
+    report-noisy-max selections, each with Laplace(scale) noise on the scores.
+
+    Attributes:
+      users: the node's users (each user is in one node only).
+      leaves: how many noisy selections the node's statistic reaches.
+      scale: λ, the Laplace scale of every score's noise.
+      score_sensitivity: Δ, how much one user moves any score ⟨c_i, v⟩ of those selections.
+      candidates: m, the vertices selected among.
+    """
+
+    users: int
+    leaves: int
+    scale: float
+    score_sensitivity: float
+    candidates: int

@@ -34,8 +34,8 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import special, stats
 
 from pipeline.accounting import shuffle_gaussian, shuffle_ldp
-from pipeline.accounting.events import (ExactSumDpEvent, GaussianSumDpEvent, LocalDpEvent, PoissonGaussianDpEvent,
-                                        ShuffleGaussianDpEvent, ShuffleLdpDpEvent)
+from pipeline.accounting.events import (ExactSumDpEvent, GaussianSumDpEvent, LocalDpEvent, NoisyMaxDpEvent,
+                                        PoissonGaussianDpEvent, ShuffleGaussianDpEvent, ShuffleLdpDpEvent)
 from pipeline.accounting.rdp import rdp_to_dp
 
 LAMBDA_MAX = 256
@@ -120,6 +120,10 @@ def paper_call(event) -> CallCurve:
         return CallCurve(None, math.inf, "exact statistic: no privacy")
     if isinstance(event, LocalDpEvent):
         return CallCurve(None, event.epsilon0, "pure ε0-LDP report (basic composition)")
+    if isinstance(event, NoisyMaxDpEvent):
+        return CallCurve(None, event.leaves * noisy_max_epsilon(event),
+                         "report-noisy-max with Laplace scores, 2Δ/λ each (Dwork–Roth Claim 3.9), basic composition "
+                         "over the node's leaves")
     if isinstance(event, GaussianSumDpEvent):
         curve = _gaussian_curve(event.sensitivity, event.sigma)
         if event.users < event.population:
@@ -163,9 +167,14 @@ def tight_call(event) -> CallCurve:
       The call's curve.
     """
     paper = paper_call(event)
-    if isinstance(event, (ExactSumDpEvent, LocalDpEvent)):
-        curve = None if isinstance(event, ExactSumDpEvent) else shuffle_ldp.ldp_rdp(event.epsilon0, ORDERS)
-        return CallCurve(curve, paper.pure_epsilon, paper.rule + ("" if curve is None else "; randomized-response RDP"))
+    if isinstance(event, (ExactSumDpEvent, LocalDpEvent, NoisyMaxDpEvent)):
+        if isinstance(event, ExactSumDpEvent):
+            return paper
+        single = event.epsilon0 if isinstance(event, LocalDpEvent) else noisy_max_epsilon(event)
+        count = 1 if isinstance(event, LocalDpEvent) else event.leaves
+        # Every pure ε-DP mechanism is a post-processing of randomized response (KOV15 Thm 2.4).
+        return CallCurve(count * shuffle_ldp.ldp_rdp(single, ORDERS), paper.pure_epsilon,
+                         paper.rule + "; or the randomized-response RDP of each, added")
     if isinstance(event, GaussianSumDpEvent) and event.users < event.population:
         wbk = shuffle_gaussian.wbk_subsampled_rdp(event.users / event.population,
                                                   _gaussian_curve(event.sensitivity, event.sigma))
@@ -187,6 +196,11 @@ def tight_call(event) -> CallCurve:
                          + ("" if event.sampling == "all" else
                             "; sampled: minimum of the paper bound, (M) and WBK19 Thm 9 (uniform)"))
     return paper
+
+
+def noisy_max_epsilon(event: NoisyMaxDpEvent) -> float:
+    """ε of one report-noisy-max selection: 2Δ/λ (Laplace noise of scale λ on scores of sensitivity Δ)."""
+    return 2.0 * event.score_sensitivity / event.scale
 
 
 def gaussian_epsilon(mu: float, delta: float) -> float:

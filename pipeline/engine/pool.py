@@ -75,7 +75,7 @@ class ShardPool(abc.ABC):
           (final optimizer state, one record per round).
         """
         schedule = self.job.schedule
-        state = self.job.optimizer.init()
+        state = self.job.optimizer.start(self.job.seed)
         records: list[RoundRecord] = []
         start = 0
         while start < schedule.rounds:

@@ -68,6 +68,9 @@ class Shard:
             out = self._buffer[: self.dim * part.size].reshape(self.dim, part.size)
             if plan.inputs == DATA:
                 np.copyto(out, data)
+            elif theta.ndim == 2:  # two query points: each user's gradient difference (Frank–Wolfe's SPIDER)
+                self.job.problem.gradients(theta[0], data, out=out)
+                out -= self.job.problem.gradients(theta[1], data)
             else:
                 self.job.problem.gradients(theta, data, out=out)
             yield out

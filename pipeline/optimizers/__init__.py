@@ -4,6 +4,7 @@ from __future__ import annotations
 from pipeline.optimizers.base import DATA, GRADIENTS, Optimizer, RoundGroup, RoundPlan, Schedule
 from pipeline.optimizers.full_gd import FullGD, FullGDSmoothed
 from pipeline.optimizers.mean_estimation import MeanEstimation
+from pipeline.optimizers.frank_wolfe import FrankWolfeL1
 from pipeline.optimizers.mirror_descent import MirrorDescentL1
 from pipeline.optimizers.phased import SeqPhased
 from pipeline.optimizers.pnsgd import PNSGD
@@ -12,7 +13,7 @@ from pipeline.optimizers.seq_agd import PARAMETER_MODES, SeqAGD, SeqAGDSmoothed
 from pipeline.optimizers.seq_sgd import SeqSGD
 
 OPTIMIZERS = {cls.name: cls for cls in (MeanEstimation, SeqSGD, SeqAGD, SeqAGDSmoothed, SeqPhased, FullGD, FullGDSmoothed,
-                                        SGD, DpSGD, CldpSGD, DssSGD, PNSGD, MirrorDescentL1)}
+                                        SGD, DpSGD, CldpSGD, DssSGD, PNSGD, MirrorDescentL1, FrankWolfeL1)}
 
-__all__ = ["MirrorDescentL1", "PNSGD", "SGD", "CldpSGD", "DpSGD", "DssSGD", "DATA", "GRADIENTS", "OPTIMIZERS", "PARAMETER_MODES", "FullGD", "FullGDSmoothed", "MeanEstimation", "Optimizer",
+__all__ = ["FrankWolfeL1", "MirrorDescentL1", "PNSGD", "SGD", "CldpSGD", "DpSGD", "DssSGD", "DATA", "GRADIENTS", "OPTIMIZERS", "PARAMETER_MODES", "FullGD", "FullGDSmoothed", "MeanEstimation", "Optimizer",
            "RoundGroup", "RoundPlan", "Schedule", "SeqAGD", "SeqAGDSmoothed", "SeqPhased", "SeqSGD"]

@@ -43,6 +43,8 @@ class RoundGroup:
       sample_size, rate: the sampling's parameter.
       noise_std: when > 0, the noise the protocol adds is fixed by the optimizer
         (PNSGD's σ) instead of calibrated to the round's budget.
+      noisy_max: (leaves, λ, Δ, candidates) of the report-noisy-max selections the
+        round's statistic feeds (Frank–Wolfe), for the `report_noisy_max` protocol.
     """
 
     rounds: int
@@ -57,6 +59,7 @@ class RoundGroup:
     sample_size: int = 0
     rate: float = 0.0
     noise_std: float = 0.0
+    noisy_max: tuple = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +79,7 @@ class RoundPlan:
     sample_size: int = 0
     rate: float = 0.0
     noise_std: float = 0.0
+    noisy_max: tuple = ()
 
     @property
     def population(self) -> int:
@@ -134,7 +138,7 @@ class Schedule:
         first = group.first_user + (round_index - self._starts[at]) * group.user_stride
         return RoundPlan(
             round_index, first, first + group.users, group.epsilon, group.delta, group.norm_bound, self.inputs,
-            group.folds, group.sampling, group.sample_size, group.rate, group.noise_std,
+            group.folds, group.sampling, group.sample_size, group.rate, group.noise_std, group.noisy_max,
         )
 
 
@@ -199,6 +203,11 @@ class Optimizer(abc.ABC):
     @abc.abstractmethod
     def init(self) -> Any:
         """The initial state."""
+
+    def start(self, seed: int) -> Any:
+        """The initial state of a run with this seed (optimizers that draw their
+        own noise key it to the seed; the others ignore it)."""
+        return self.init()
 
     @abc.abstractmethod
     def query(self, state: Any) -> np.ndarray:

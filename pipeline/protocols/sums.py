@@ -21,8 +21,8 @@ import numpy as np
 from scipy import special
 
 from pipeline.accounting import mechanisms
-from pipeline.accounting.events import (ExactSumDpEvent, GaussianSumDpEvent, LocalDpEvent, PoissonGaussianDpEvent,
-                                        ShuffleGaussianDpEvent)
+from pipeline.accounting.events import (ExactSumDpEvent, GaussianSumDpEvent, LocalDpEvent, NoisyMaxDpEvent,
+                                        PoissonGaussianDpEvent, ShuffleGaussianDpEvent)
 
 ALL, UNIFORM, POISSON = "all", "uniform", "poisson"
 SAMPLINGS = (ALL, UNIFORM, POISSON)
@@ -61,6 +61,7 @@ class SumParams:
     epsilon0: float = 0.0
     report_norm: float = 0.0
     quantum: float = 1.0
+    noisy_max: tuple = ()
 
     @property
     def sensitivity(self) -> float:
@@ -185,9 +186,11 @@ class SumProtocol:
         Raises:
           ValueError: the budget cannot be met.
         """
-        if getattr(round_plan, "noise_std", 0.0) > 0.0:  # the optimizer fixes the noise (PNSGD)
+        if getattr(round_plan, "noise_std", 0.0) > 0.0 or getattr(round_plan, "noisy_max", ()):
+            # The optimizer fixes the noise (PNSGD's σ, Frank–Wolfe's selections).
             params = SumParams(self.name, round_plan.users, round_plan.population, round_plan.sampling,
-                               round_plan.rate, dim, round_plan.norm_bound, sigma=round_plan.noise_std)
+                               round_plan.rate, dim, round_plan.norm_bound, sigma=round_plan.noise_std,
+                               noisy_max=round_plan.noisy_max)
             return dataclasses.replace(params, quantum=_quantum(self._largest_total(params)))
         return _plan(type(self), self.accounting, round_plan.users, round_plan.population, round_plan.sampling,
                      round_plan.rate, dim, round_plan.epsilon, round_plan.delta, round_plan.norm_bound,
@@ -340,6 +343,27 @@ class ShuffleGaussian(SumProtocol):
         return _expected_users(params) * params.dim * params.sigma**2
 
 
+class ReportNoisyMax(SumProtocol):
+    """A trusted curator that sums a round's inputs exactly and releases only
+    report-noisy-max selections made from them (seed 003's Frank–Wolfe picks a
+    vertex per leaf; the optimizer draws the Laplace noise). The event records
+    the selections the round's users reach."""
+
+    name = "report_noisy_max"
+    model = "central"
+    supports_sampling = False
+
+    @staticmethod
+    def _event(params: SumParams) -> NoisyMaxDpEvent:
+        if not params.noisy_max:
+            raise ValueError("report_noisy_max needs an optimizer that makes noisy selections (frank_wolfe_l1)")
+        return NoisyMaxDpEvent(params.users, *params.noisy_max)
+
+    @staticmethod
+    def _calibrate(params, epsilon, delta, folds, accounting) -> SumParams:
+        raise ValueError("report_noisy_max runs with frank_wolfe_l1 only (its selections carry the noise)")
+
+
 class LocalL2(SumProtocol):
     """Duchi, Jordan, Wainwright's ε0-LDP ℓ2 randomizer, unshuffled (the local baseline)."""
 
@@ -422,4 +446,4 @@ def _plan(protocol: type, accounting: str, users: int, population: int, sampling
     return dataclasses.replace(params, quantum=_quantum(protocol._largest_total(params)))
 
 
-SUM_PROTOCOLS = (ExactSum, CentralGaussian, ShuffleGaussian, LocalL2)
+SUM_PROTOCOLS = (ExactSum, CentralGaussian, ShuffleGaussian, LocalL2, ReportNoisyMax)
