@@ -306,3 +306,37 @@ def test_frank_wolfe_tree_matches_the_notes_counts_and_theorem_6a_at_the_root():
     assert optimizer._spent(optimizer.scale) <= 1.0 < optimizer._spent(optimizer.scale * 0.999)
     tight = FrankWolfeL1.from_config(problem, 30000, 1.0, 1e-6, accounting="tight")
     assert tight.scale <= optimizer.scale
+
+
+def test_frank_wolfe_selection_meets_lemma_4_1():
+    """Seed 003 Lemma 4.1, the notes' explicit form: E⟨v, w⟩ − min_i ⟨v, c_i⟩ ≤ 2λ·H_m."""
+    from pipeline.optimizers.frank_wolfe import FrankWolfeL1
+    from pipeline.problems import L1LeastSquares
+
+    problem = L1LeastSquares(10, 1.5)
+    optimizer = FrankWolfeL1.from_config(problem, 30000, 1.0, 1e-6)
+    v = np.random.default_rng(1).standard_normal(10)  # scores spread well beyond the noise: a wrong pick shows
+    rng = np.random.default_rng(2)
+    phase, trials = 2, 20000
+    # With k = 1 the step is η = 1: the new iterate is the chosen vertex itself.
+    gaps = np.array([optimizer._step(np.zeros(10), v, phase, 0, rng)[0] @ v for _ in range(trials)])
+    gaps -= -problem.radius * np.abs(v).max()
+    scale, m = optimizer.scale * 2**phase, 20
+    assert gaps.mean() - 5 * gaps.std(ddof=1) / math.sqrt(trials) <= 2 * scale * sum(1 / i for i in range(1, m + 1))
+    assert gaps.min() >= -1e-15
+
+
+def test_mirror_descent_without_noise_meets_lemma_3_1():
+    """Seed 003 Lemma 3.1 (exact): E F(x̄_T) − F* ≤ D_h(w*, w_1)/(Tη) + η G²/2 with the
+    entropy on the 2d vertices (D_h ≤ ln 2d) and G = R·L∞ bounding ‖∇_w‖∞."""
+    from pipeline.optimizers import MirrorDescentL1
+    from pipeline.problems import L1LeastSquares
+
+    problem = L1LeastSquares(6, 1.0)
+    protocol = build_protocol("none")
+    optimizer = MirrorDescentL1.from_config(problem, 3000, 1.0, 1e-6, batch_size=10, protocol=protocol)
+    losses = np.array([engine.execute(engine.RunJob(problem, optimizer, protocol, seed, 3000, 256), "local", 1)[1][-1]
+                       .excess_loss for seed in range(12)])
+    g = problem.radius * problem.lipschitz_inf
+    bound = math.log(12) / (optimizer.rounds * optimizer.step) + optimizer.step * g**2 / 2
+    assert losses.mean() - 5 * losses.std(ddof=1) / math.sqrt(len(losses)) <= bound
