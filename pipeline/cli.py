@@ -87,6 +87,9 @@ def _audit(args: argparse.Namespace) -> int:
     if args.trials < 100:
         raise ConfigError("--trials", args.trials, "must be an integer ≥ 100")
     planned = runner.plan_run(config.expand(config.read_config(args.config, args.overrides))[0])
+    if planned.config["privacy.protocol"] != "cjmp_vec":
+        raise ConfigError("privacy.protocol", planned.config["privacy.protocol"],
+                          "the audit attacks P_vec calls only: use cjmp_vec")
     event = planned.ledger.to_dict()["events"][0]
     plan = planned.job.schedule.plan(0)
     params = planned.job.protocol.plan(plan, planned.job.problem.dim)
