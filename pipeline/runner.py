@@ -87,7 +87,10 @@ def plan_run(run: RunConfig) -> PlannedRun:
         try:
             params = protocol.plan(plan, problem.dim)
         except ValueError as error:
-            raise ConfigError("privacy.accounting", run["privacy.accounting"], f"round {round_index}: {error}") from None
+            # Seed 001's randomizers name their own bad option (levels, messages) first.
+            field = next((f"privacy.{key}" for key in ("levels", "messages") if str(error).startswith(key)),
+                         "privacy.accounting")
+            raise ConfigError(field, run[field], f"round {round_index}: {error}") from None
         if isinstance(params, PvecParams) and params.g > MAX_PRECISION:
             raise ConfigError(
                 "problem.radius", run["problem.radius"],
