@@ -6,10 +6,11 @@ import os
 import platform
 import time
 
-from bench import composition, memory, pvec_tight, rounds, scaling, shuffle_gaussian, tracking
+from bench import composition, memory, protocols, pvec_tight, rounds, scaling, shuffle_gaussian, tracking
 
 BENCHMARKS = {"rounds": rounds.run, "scaling": scaling.run, "tracking": tracking.run, "memory": memory.run,
-              "pvec_tight": pvec_tight.run, "composition": composition.run, "shuffle_gaussian": shuffle_gaussian.run}
+              "pvec_tight": pvec_tight.run, "composition": composition.run, "shuffle_gaussian": shuffle_gaussian.run,
+              "protocols": protocols.run}
 
 
 def main() -> None:
