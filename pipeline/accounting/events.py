@@ -137,9 +137,11 @@ class ExactSumDpEvent(dp_event.DpEvent):
 
     Attributes:
       users: the users of the round.
+      population: the users it sampled them from.
     """
 
     users: int
+    population: int
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)

@@ -270,7 +270,7 @@ class ExactSum(SumProtocol):
 
     @staticmethod
     def _event(params: SumParams) -> ExactSumDpEvent:
-        return ExactSumDpEvent(params.users)
+        return ExactSumDpEvent(params.users, params.population)
 
     @staticmethod
     def _calibrate(params: SumParams, epsilon, delta, folds, accounting) -> SumParams:
