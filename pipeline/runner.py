@@ -236,7 +236,7 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
     ledger = _ledger(job, [(r.plan.round, r.plan.first_user, r.plan.stop_user, r.params) for r in records])
     if ledger.to_dict() != planned.ledger.to_dict():
         raise RuntimeError("the executed rounds differ from the planned ledger")
-    spent = [ledger.spent_after(r.plan.round) for r in records]
+    spent = ledger.spent_series()
     rounds = pd.DataFrame({
         "run_id": run.run_id,
         "round": [r.plan.round for r in records],

@@ -23,6 +23,7 @@ import functools
 import math
 
 import attr
+import numpy as np
 
 from pipeline.accounting import mechanisms, paper, pvec_tight
 from pipeline.accounting.events import PvecDpEvent
@@ -199,7 +200,7 @@ class PrivacyLedger:
         delta = self.target[1]
         call = mechanisms.tight_call if mode == TIGHT else mechanisms.paper_call
         if self.composition == SEQUENTIAL:
-            return max(self._single_epsilon(e, call, mode) for e, _ in covered), delta
+            return max(mechanisms.composed_epsilon(e, 1, delta, mode) for e, _ in covered), delta
         if mode == TIGHT:
             exact = mechanisms.exact_composition(covered, delta)
             if exact is not None:
@@ -211,13 +212,6 @@ class PrivacyLedger:
             return pure, delta
         return mechanisms.CallCurve(sum(count * c.rdp for c, count in curves), pure, "").epsilon(delta), delta
 
-    def _single_epsilon(self, event, call, mode: str) -> float:
-        """One call's ε at the target δ (the tight mode also tries its exact form)."""
-        delta = self.target[1]
-        epsilon = call(event).epsilon(delta)
-        exact = mechanisms.exact_composition([(event, 1)], delta) if mode == TIGHT else None
-        return epsilon if exact is None else min(epsilon, exact)
-
     def _tight_spent(self, covered: list[tuple[PvecDpEvent, int]]) -> tuple[float, float]:
         """Tight (ε, δ) at the target δ: the worst round (sequential) or the added curves (fully interactive)."""
         delta = self.target[1]
@@ -227,6 +221,27 @@ class PrivacyLedger:
         summed = pvec_tight.PvecRdp(pvec_tight.ORDERS, sum(count * b.rdp for b, count in bounds),
                                     sum(count * b.delta_approx for b, count in bounds))
         return pvec_tight.composed_epsilon(summed, 1, delta)[0], delta
+
+    def spent_series(self, accounting: str | None = None) -> list[tuple[float, float]]:
+        """(ε, δ) spent after each recorded round, never below the exact value.
+
+        P_vec ledgers and sequential ones are evaluated at every round. A fully
+        interactive companion ledger is evaluated at 64 log-spaced rounds (and the
+        last); every other round reports the next evaluated round's value, which
+        is at least its own because spending only grows.
+
+        Args:
+          accounting: PAPER or TIGHT; the run's own mode by default.
+
+        Returns:
+          One (ε, δ) per round.
+        """
+        rounds = self._rounds
+        if self._pvec or self.composition != FULLY_INTERACTIVE:
+            return [self.spent_after(r, accounting) for r in range(rounds)]
+        checkpoints = sorted({int(r) for r in np.geomspace(1, rounds, 64).round()} | {rounds})
+        values = {r: self.spent_after(r - 1, accounting) for r in checkpoints}
+        return [values[checkpoints[bisect.bisect_left(checkpoints, r + 1)]] for r in range(rounds)]
 
     def total(self, accounting: str | None = None) -> tuple[float, float]:
         """(ε, δ) of the whole run so far (0, 0 before any round), in the run's mode unless given."""
@@ -261,7 +276,7 @@ class PrivacyLedger:
             fields = {k: (list(v) if isinstance(v, tuple) else v) for k, v in attr.asdict(entry.event).items()}
             bounds = {}
             for name, call in (("analysis_bound", mechanisms.paper_call), ("tight_bound", mechanisms.tight_call)):
-                epsilon = self._single_epsilon(entry.event, call, TIGHT if name == "tight_bound" else PAPER)
+                epsilon = mechanisms.composed_epsilon(entry.event, 1, delta, TIGHT if name == "tight_bound" else PAPER)
                 bounds[name] = {"scope": "one call, at the run's δ", "epsilon": epsilon if math.isfinite(epsilon) else None,
                                 "delta": delta, "rule": call(entry.event).rule}
             return {**head, "mechanism": type(entry.event).__name__.removesuffix("DpEvent"), **fields, **bounds}

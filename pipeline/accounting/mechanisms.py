@@ -269,6 +269,7 @@ def _poisson_pld_epsilon(calls: tuple, delta: float, interval: float) -> float:
     return float(composed.get_epsilon_for_delta(delta))
 
 
+@functools.lru_cache(maxsize=65536)
 def composed_epsilon(event, count: int, delta: float, accounting: str) -> float:
     """ε at δ of `count` adaptive calls of one event, as the ledger would report it.
 
