@@ -165,7 +165,7 @@ def build_report(out: str | Path) -> list[Path]:
                        ("epsilon_vs_round", lambda ax: _epsilon_vs_round(runs, rounds, ax)),
                        ("compare_optimizers", lambda ax: _compare(runs, ax)),
                        *([("compare_models", lambda ax: _models_vs_epsilon(runs, ax))]
-                         if runs["privacy.protocol"].nunique() > 1 else [])):
+                         if runs.get("privacy.protocol", pd.Series(dtype=str)).nunique() > 1 else [])):
         figure, axes = plt.subplots(figsize=(8, 5))
         result = draw(axes)
         slopes = result if result is not None else slopes

@@ -55,13 +55,19 @@ def _trace(job, backend, shards):
     return np.array([r.excess_loss for r in records]), job.optimizer.output(state)
 
 
+SEED_000 = ("mean_estimation", "seq_sgd", "full_gd", "seq_agd")
+
+
 @pytest.mark.parametrize("name", ["mean_estimation", "seq_sgd", "full_gd", "seq_agd", "cldp_sgd", "dss_sgd",
                                   "dp_sgd", "pnsgd", "mirror_descent_l1", "frank_wolfe_l1"])
 def test_bit_identical_for_any_shards_and_local_vs_ray(ray_session, name):
     job = _jobs()[name]
     reference_losses, reference_theta = _trace(job, "local", 1)
     assert np.all(np.isfinite(reference_losses))
-    for backend, shards in [("local", 3), ("local", 8), ("ray", 1), ("ray", 3), ("ray", 8)]:
+    # The seed-000 cases try every split; the companion ones (same engine paths) two.
+    splits = [("local", 3), ("local", 8), ("ray", 1), ("ray", 3), ("ray", 8)] if name in SEED_000 else [
+        ("local", 8), ("ray", 3)]
+    for backend, shards in splits:
         losses, theta = _trace(job, backend, shards)
         assert np.array_equal(losses, reference_losses), (backend, shards)
         assert np.array_equal(theta, reference_theta), (backend, shards)

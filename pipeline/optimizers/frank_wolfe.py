@@ -149,7 +149,7 @@ class FrankWolfeL1(Optimizer):
         events, leaf = [], 0
         nodes = self.nodes
         steps = _step_sizes(nodes)
-        for index, node in enumerate(nodes):
+        for node in nodes:
             if node.sampled:
                 below = 2 ** (node.phase - node.depth)
                 if node.depth == 0:

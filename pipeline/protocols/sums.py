@@ -158,7 +158,8 @@ def _reports(params: SumParams, inputs: np.ndarray, rng: np.random.Generator) ->
 class SumProtocol:
     """The engine's view of a sum protocol (the interface of CjmpVec).
 
-    Subclasses set `name`, `model`, and `_event`/`_calibrate`.
+    Subclasses set `name`, `model` and `_event`; those whose noise is not a
+    Gaussian σ override `_calibrate`.
 
     Args:
       accounting: "paper" or "tight": the ledger mode the noise is calibrated for.
@@ -209,6 +210,13 @@ class SumProtocol:
     @classmethod
     def _largest_total(cls, params: SumParams) -> float:
         return params.population * params.norm_bound
+
+    @classmethod
+    def _calibrate(cls, params: SumParams, epsilon: float, delta: float, folds: int, accounting: str) -> SumParams:
+        """The least noise σ whose `folds` calls meet (ε, δ) in `accounting` (Gaussian protocols)."""
+        sigma = _least_noise(lambda s: cls._event(dataclasses.replace(params, sigma=s)), params.sensitivity,
+                             epsilon, delta, folds, accounting)
+        return dataclasses.replace(params, sigma=sigma)
 
     @classmethod
     def event(cls, params: SumParams, block_size: int):
@@ -289,21 +297,11 @@ class CentralGaussian(SumProtocol):
     name = "central_gaussian"
     model = "central"
 
-    @classmethod
-    def _largest_total(cls, params: SumParams) -> float:
-        return params.population * params.norm_bound
-
     @staticmethod
     def _event(params: SumParams):
         if params.sampling == POISSON:
             return PoissonGaussianDpEvent(params.population, params.rate, params.dim, params.sensitivity, params.sigma)
         return GaussianSumDpEvent(params.users, params.population, params.dim, params.sensitivity, params.sigma)
-
-    @staticmethod
-    def _calibrate(params, epsilon, delta, folds, accounting) -> SumParams:
-        sigma = _least_noise(lambda s: CentralGaussian._event(dataclasses.replace(params, sigma=s)),
-                             params.sensitivity, epsilon, delta, folds, accounting)
-        return dataclasses.replace(params, sigma=sigma)
 
     def finish(self, params: SumParams, total: FixedPointSum, rng: np.random.Generator) -> ReleasedSum:
         exact = super().finish(params, total, rng)
@@ -331,12 +329,6 @@ class ShuffleGaussian(SumProtocol):
     def _event(params: SumParams) -> ShuffleGaussianDpEvent:
         return ShuffleGaussianDpEvent(params.users, params.population, params.dim, params.sensitivity, params.sigma,
                                       params.rate if params.sampling == POISSON else 0.0)
-
-    @staticmethod
-    def _calibrate(params, epsilon, delta, folds, accounting) -> SumParams:
-        sigma = _least_noise(lambda s: ShuffleGaussian._event(dataclasses.replace(params, sigma=s)),
-                             params.sensitivity, epsilon, delta, folds, accounting)
-        return dataclasses.replace(params, sigma=sigma)
 
     @staticmethod
     def sum_mse(params: SumParams) -> float:
