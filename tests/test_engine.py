@@ -7,8 +7,8 @@ import pytest
 
 from pipeline import engine
 from pipeline.engine.local import LocalPool
-from pipeline.optimizers import (PNSGD, CldpSGD, DpSGD, DssSGD, FrankWolfeL1, FullGD, MeanEstimation, MirrorDescentL1,
-                                 SeqAGD, SeqSGD)
+from pipeline.optimizers import (PNSGD, CldpSGD, DpSGD, DssSGD, FrankWolfeL1, FullGD, FullPhased, MeanEstimation,
+                                 MirrorDescentL1, SeqAGD, SeqSGD)
 from pipeline.problems import L1LeastSquares, Quadratic
 from pipeline.protocols import CjmpVec, build_protocol
 from pipeline.protocols.cjmp import ShuffledCounts
@@ -44,6 +44,9 @@ def _jobs():
         "dp_sgd": _companion(DpSGD, "central_gaussian", n, batch_size=40),
         "pnsgd": _companion(PNSGD, "central_gaussian", 500),
         "mirror_descent_l1": _companion(MirrorDescentL1, "central_gaussian", n, problem=L1LeastSquares(4, 1.0)),
+        # Groups of users in turn, each fully interactive (tight P_vec).
+        "full_phased": _job(FullPhased.from_config(PROBLEM, 600, 4.0, 1e-5, accounting="tight"), 600,
+                            accounting="tight"),
         # Two-point queries and the curator's own noise stream.
         "frank_wolfe_l1": _companion(FrankWolfeL1, "report_noisy_max", n, problem=L1LeastSquares(4, 1.0),
                                      batch_size=300),
@@ -59,7 +62,7 @@ SEED_000 = ("mean_estimation", "seq_sgd", "full_gd", "seq_agd")
 
 
 @pytest.mark.parametrize("name", ["mean_estimation", "seq_sgd", "full_gd", "seq_agd", "cldp_sgd", "dss_sgd",
-                                  "dp_sgd", "pnsgd", "mirror_descent_l1", "frank_wolfe_l1"])
+                                  "dp_sgd", "pnsgd", "mirror_descent_l1", "frank_wolfe_l1", "full_phased"])
 def test_bit_identical_for_any_shards_and_local_vs_ray(ray_session, name):
     job = _jobs()[name]
     reference_losses, reference_theta = _trace(job, "local", 1)
@@ -116,6 +119,18 @@ def test_full_gd_reads_every_user_every_round():
     pool = _CountingPool(_job(optimizer, n, block_size=64), 2)
     pool.run()
     assert np.all(pool.uses == 5)
+
+
+def test_full_phased_groups_are_disjoint_and_each_reads_its_users_every_round():
+    n = 600
+    optimizer = FullPhased.from_config(PROBLEM, n, 4.0, 1e-5, accounting="tight")
+    pool = _CountingPool(_job(optimizer, n, block_size=64, accounting="tight"), 3)
+    pool.run()
+    first = 0
+    for phase in optimizer.phases:
+        assert np.all(pool.uses[first: first + phase.n_users] == phase.rounds)
+        first += phase.n_users
+    assert np.all(pool.uses[first:] == 0)
 
 
 def test_analyzer_and_optimizer_receive_only_the_protocol_statistic(monkeypatch):

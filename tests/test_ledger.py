@@ -92,3 +92,22 @@ def test_full_gd_ledger_total_is_within_target():
     # Spent grows with the rounds and never exceeds the total.
     spent = [ledger.spent_after(r)[0] for r in range(schedule.rounds)]
     assert spent == sorted(spent) and spent[-1] == epsilon
+
+
+def test_phased_groups_compose_in_parallel_and_must_be_disjoint():
+    """k identical groups of T fully interactive calls spend what one group does (Lemma B.7);
+    a group reusing another's users is refused."""
+    from pipeline.accounting.ledger import PHASED
+
+    call = CjmpVec.event(plan_pvec(100, 3, 0.3, 1e-7, 1.0), 64)
+    single = PrivacyLedger(FULLY_INTERACTIVE, 2.0, 1e-5, 1e-6)
+    phased = PrivacyLedger(PHASED, 2.0, 1e-5, 1e-6)
+    for r in range(5):
+        single.record(r, 0, 100, call)
+    for group in range(3):
+        for r in range(5):
+            phased.record(group * 5 + r, 100 * group, 100 * (group + 1), call)
+    for mode in ("paper", "tight"):
+        assert phased.total(mode) == single.total(mode)
+    with pytest.raises(LedgerError):
+        phased.record(15, 50, 150, call)

@@ -31,7 +31,8 @@ from pipeline.accounting.events import PvecDpEvent
 SEQUENTIAL = "sequential"
 FULLY_INTERACTIVE = "fully_interactive"
 FINAL_ITERATE = "final_iterate"
-COMPOSITIONS = (SEQUENTIAL, FULLY_INTERACTIVE, FINAL_ITERATE)
+PHASED = "phased"
+COMPOSITIONS = (SEQUENTIAL, FULLY_INTERACTIVE, FINAL_ITERATE, PHASED)
 PAPER, TIGHT = "paper", "tight"
 ACCOUNTING_MODES = (PAPER, TIGHT)
 
@@ -40,8 +41,11 @@ _RULES = {
     (PAPER, FULLY_INTERACTIVE): "advanced composition, Dwork-Rothblum-Vadhan 2010 (seed 000, Lemma B.6 / Theorem 4.9)",
     (TIGHT, SEQUENTIAL): "parallel composition over disjoint batches: the worst round's RDP bound, converted",
     (TIGHT, FULLY_INTERACTIVE): "RDP composition: the rounds' curves added, then converted once",
+    (PAPER, PHASED): "parallel over disjoint groups (Lemma B.7); within a group advanced composition (Lemma B.6)",
+    (TIGHT, PHASED): "parallel over disjoint groups; within a group the rounds' RDP curves added, converted once",
 }
 _COMPANION_RULES = {
+    PHASED: "parallel over disjoint groups; within a group the calls' curves added, converted once",
     FINAL_ITERATE: "only the final iterate is released: nothing is spent before it, its release is accounted whole",
     SEQUENTIAL: "parallel composition over disjoint batches: the worst call's bound, at the run's δ",
     FULLY_INTERACTIVE: "RDP composition: the calls' curves added, then converted once (CKS20 Prop. 12)",
@@ -76,6 +80,7 @@ class _Entry:
     first_round: int
     rounds: int
     event: PvecDpEvent
+    group: tuple[int, int] | None = None  # PHASED: the users [first, stop) the entry's rounds ask
 
 
 class PrivacyLedger:
@@ -137,13 +142,15 @@ class PrivacyLedger:
                 paper.pvec_analysis_bound(event)
             except ValueError as error:
                 raise LedgerError(f"round {round_index}: {error}") from None
-        if self.composition in (SEQUENTIAL, FINAL_ITERATE):
-            self._claim_users(first_user, stop_user)
+        group = (first_user, stop_user) if self.composition == PHASED else None
         last = self._entries[-1] if self._entries else None
-        if last is not None and last.event == event:
+        if self.composition in (SEQUENTIAL, FINAL_ITERATE) or (
+                self.composition == PHASED and (last is None or last.group != group)):
+            self._claim_users(first_user, stop_user)  # a phase's group of users is fresh
+        if last is not None and last.event == event and last.group == group:
             last.rounds += 1
         else:
-            self._entries.append(_Entry(round_index, 1, event))
+            self._entries.append(_Entry(round_index, 1, event, group))
         self._rounds += 1
 
     def _claim_users(self, start: int, stop: int) -> None:
@@ -171,21 +178,34 @@ class PrivacyLedger:
           (ε, δ); ε = inf in paper mode when a call is outside Theorem 3.2,
           and for a non-private run.
         """
-        covered = self._covered(round_index)
         mode = accounting or self.accounting
+        if self.composition == PHASED:
+            # Disjoint groups compose in parallel: the worst group, each composed fully interactively.
+            groups: dict = {}
+            for entry in self._entries:
+                if entry.first_round <= round_index:
+                    groups.setdefault(entry.group, []).append(
+                        (entry.event, min(entry.rounds, round_index + 1 - entry.first_round)))
+            return max((self._spent(covered, mode, FULLY_INTERACTIVE) for covered in groups.values()),
+                       key=lambda spent: spent[0])
+        covered = self._covered(round_index)
         if self.composition == FINAL_ITERATE:
             # Nothing is released before the final iterate (seed 002: the others stay secret).
             if round_index < self.final_round:
                 return 0.0, 0.0
             return mechanisms.pnsgd_release_epsilon(self.release, covered[0][0], self.target[1], mode)[0], self.target[1]
+        return self._spent(covered, mode, self.composition)
+
+    def _spent(self, covered: list[tuple[object, int]], mode: str, composition: str) -> tuple[float, float]:
+        """(ε, δ) of (event, calls) pairs composed sequentially or fully interactively."""
         if not isinstance(covered[0][0], PvecDpEvent):
-            return self._companion_spent(covered, mode)
+            return self._companion_spent(covered, mode, composition)
         if mode == TIGHT:
-            return self._tight_spent(covered)
+            return self._tight_spent(covered, composition)
         bounds = [paper_bound(event) for event, _ in covered]
         if any(bound is None for bound in bounds):
             return math.inf, max(event.delta for event, _ in covered)
-        if self.composition == SEQUENTIAL:
+        if composition == SEQUENTIAL:
             return max(e.epsilon for e, _ in covered), max(e.delta for e, _ in covered)
         budgets = {(e.epsilon, e.delta) for e, _ in covered}
         if len(budgets) != 1:
@@ -193,13 +213,13 @@ class PrivacyLedger:
         epsilon0, delta0 = budgets.pop()
         if self.slack is None:
             raise LedgerError("advanced composition of P_vec calls needs a slack δ'")
-        return paper.advanced_composition(epsilon0, delta0, round_index + 1, self.slack)
+        return paper.advanced_composition(epsilon0, delta0, sum(count for _, count in covered), self.slack)
 
-    def _companion_spent(self, covered: list[tuple[object, int]], mode: str) -> tuple[float, float]:
+    def _companion_spent(self, covered: list[tuple[object, int]], mode: str, composition: str) -> tuple[float, float]:
         """(ε, δ) at the target δ of the companion mechanisms (pipeline.accounting.mechanisms)."""
         delta = self.target[1]
         call = mechanisms.tight_call if mode == TIGHT else mechanisms.paper_call
-        if self.composition == SEQUENTIAL:
+        if composition == SEQUENTIAL:
             return max(mechanisms.composed_epsilon(e, 1, delta, mode) for e, _ in covered), delta
         if mode == TIGHT:
             exact = mechanisms.exact_composition(covered, delta)
@@ -212,10 +232,10 @@ class PrivacyLedger:
             return pure, delta
         return mechanisms.CallCurve(sum(count * c.rdp for c, count in curves), pure, "").epsilon(delta), delta
 
-    def _tight_spent(self, covered: list[tuple[PvecDpEvent, int]]) -> tuple[float, float]:
+    def _tight_spent(self, covered: list[tuple[PvecDpEvent, int]], composition: str) -> tuple[float, float]:
         """Tight (ε, δ) at the target δ: the worst round (sequential) or the added curves (fully interactive)."""
         delta = self.target[1]
-        if self.composition == SEQUENTIAL:
+        if composition == SEQUENTIAL:
             return max(pvec_tight.composed_epsilon(tight_bound(e), 1, delta)[0] for e, _ in covered), delta
         bounds = [(tight_bound(e), count) for e, count in covered]
         summed = pvec_tight.PvecRdp(pvec_tight.ORDERS, sum(count * b.rdp for b, count in bounds),
@@ -304,14 +324,14 @@ class PrivacyLedger:
                 "delta": delta,
                 "rule": _RULES[(mode, self.composition)] if self._pvec else _COMPANION_RULES[self.composition],
                 **({"method": self._method(mode)} if mode == TIGHT or not self._pvec else {}),
-                **({"slack": self.slack} if mode == PAPER and self.composition == FULLY_INTERACTIVE and self._pvec
-                   else {}),
+                **({"slack": self.slack} if mode == PAPER and self.composition in (FULLY_INTERACTIVE, PHASED)
+                   and self._pvec else {}),
                 **({"not_covered": "a call is outside Theorem 3.2's conditions (tight-calibrated noise)"
                     if self._pvec else "a non-private call: nothing is protected"}
                    if not math.isfinite(epsilon) else {}),
                 "checks": {
                     # record() refuses overlapping batches, so this holds when present.
-                    **({"disjoint_batches": True} if self.composition in (SEQUENTIAL, FINAL_ITERATE) else {}),
+                    **({"disjoint_batches": True} if self.composition in (SEQUENTIAL, FINAL_ITERATE, PHASED) else {}),
                     "within_target": epsilon <= self.target[0] and delta <= self.target[1],
                     "exact_noise_sampler": all(getattr(e.event, "noise_sampler", "binomial") == "binomial"
                                                for e in self._entries),

@@ -1,4 +1,5 @@
-"""The phased reduction for strongly convex losses, sequential (seed 000, Theorem 4.8)."""
+"""The phased reductions for strongly convex losses: sequential (seed 000, Theorem 4.8)
+and fully interactive (Theorem 4.9 with Lemma B.7)."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,10 +8,12 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from pipeline.accounting.ledger import SEQUENTIAL
+from pipeline.accounting.ledger import PHASED, SEQUENTIAL
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
+from pipeline.optimizers.averaged import AveragedState
 from pipeline.optimizers.base import Optimizer, RoundGroup, Schedule
+from pipeline.optimizers.full_gd import FullGD, FullGDSmoothed
 from pipeline.optimizers.seq_agd import PAPER, AcsaState, SeqAGD, SeqAGDSmoothed
 from pipeline.problems.base import Problem
 
@@ -109,3 +112,92 @@ class SeqPhased(Optimizer):
     def hyperparameters(self) -> dict[str, float | int]:
         return {"phases": len(self.phases), "phase_users": self.phases[0].n_users,
                 "batch_size": self.phases[0].batch_size, "rounds": sum(p.rounds for p in self.phases)}
+
+
+class FullPhasedState(NamedTuple):
+    """The phase running and its P_GD state."""
+
+    phase: int
+    inner: AveragedState
+
+
+@dataclasses.dataclass(frozen=True)
+class FullPhased(Optimizer):
+    """Theorem 4.9, λ-strongly convex: the Feldman–Koren–Talwar reduction (Lemma B.7)
+    with P_GD. k = 1 + ⌈log₂log₂ n⌉ disjoint groups of n/k users run P_GD (smoothed
+    P_GD for non-smooth losses) in turn, each from the previous group's output and
+    each at the full (ε, δ): the groups compose in parallel, each group's rounds by
+    Lemma B.6 (paper) or RDP (tight). FKT20's group sizes are not in the seed (notes
+    §2.7, T19); equal groups, as `seq_phased`.
+
+    Attributes:
+      problem: a λ-strongly convex problem (the smoothed envelope, for non-smooth losses).
+      n_users, epsilon, delta: as every optimizer.
+      phases: one P_GD optimizer per group of n/k users.
+    """
+
+    problem: Problem
+    n_users: int
+    epsilon: float
+    delta: float
+    phases: tuple[FullGD, ...]
+    name: ClassVar[str] = "full_phased"
+
+    @classmethod
+    def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
+                    rounds: int | None = None, batch_size: int | None = None,
+                    step_size: float | None = None, accounting: str = "paper",
+                    parameters: str = PAPER, protocol=None) -> "FullPhased":
+        """Splits the users into k groups and resolves each group's P_GD parameters.
+
+        Raises:
+          ConfigError: a problem that is not strongly convex, fewer users than groups,
+            or overrides (each group sets its own).
+        """
+        if problem.strong_convexity <= 0:
+            raise ConfigError("optimizer.name", cls.name,
+                              f"needs a strongly convex loss (Theorem 4.9, Lemma B.7); {problem.name} has λ = 0")
+        for field, value in (("optimizer.rounds", rounds), ("optimizer.batch_size", batch_size),
+                             ("optimizer.step_size", step_size)):
+            if value is not None:
+                raise ConfigError(field, value, f"does not apply to optimizer {cls.name} (each group sets its own)")
+        count = phase_count(n_users)
+        share = n_users // count
+        if share < 1:
+            raise ConfigError("n_users", n_users, f"must be at least the {count} groups of Lemma B.7")
+        inner = FullGD if math.isfinite(problem.smoothness) else FullGDSmoothed
+        phases = tuple(inner.from_config(problem, share, epsilon, delta, accounting=accounting,
+                                         parameters=parameters, protocol=protocol) for _ in range(count))
+        return cls(phases[0].problem, n_users, epsilon, delta, phases)
+
+    def schedule(self) -> Schedule:
+        groups, first = [], 0
+        for phase in self.phases:
+            (group,) = phase.schedule().groups
+            groups.append(dataclasses.replace(group, first_user=first))
+            first += phase.n_users  # the next group's users are fresh (disjoint)
+        return Schedule(PHASED, tuple(groups), slack=self.phases[0].schedule().slack)
+
+    def init(self) -> FullPhasedState:
+        return FullPhasedState(0, self.phases[0].init())
+
+    def query(self, state: FullPhasedState) -> np.ndarray:
+        return self.phases[state.phase].query(state.inner)
+
+    def update(self, state: FullPhasedState, noisy_mean: np.ndarray) -> FullPhasedState:
+        phase = self.phases[state.phase]
+        inner = phase.update(state.inner, noisy_mean)
+        if inner.steps == phase.rounds and state.phase + 1 < len(self.phases):
+            start = phase.output(inner)  # warm start from the group's output
+            return FullPhasedState(state.phase + 1, AveragedState(start, np.zeros_like(start), 0))
+        return FullPhasedState(state.phase, inner)
+
+    def output(self, state: FullPhasedState) -> np.ndarray:
+        return self.phases[state.phase].output(state.inner)
+
+    def theory_rate(self) -> float:
+        return theory.full_phased_rate(self.problem, self.n_users, self.epsilon, self.delta)
+
+    def hyperparameters(self) -> dict[str, float | int]:
+        return {"phases": len(self.phases), "phase_users": self.phases[0].n_users,
+                "rounds": sum(p.rounds for p in self.phases), "step_size": self.phases[0].step_size}

@@ -69,6 +69,13 @@ def phased_rate(problem: Problem, n: int, epsilon: float, delta: float) -> float
     return lipschitz**2 / (lam * n) + private
 
 
+def full_phased_rate(problem: Problem, n: int, epsilon: float, delta: float) -> float:
+    """Theorem 4.9, λ-strongly convex: (L²/λ)(1/n + d ln³(nd/δ)/(ε²n²)) (Lemma B.7 with
+    ρ = ε/ln^{3/2}(nd/δ), notes §4.3; L of the loss itself)."""
+    loss, d = problem.unsmoothed, problem.dim
+    return loss.lipschitz**2 / loss.strong_convexity * (1 / n + d * math.log(n * d / delta) ** 3 / (epsilon * n) ** 2)
+
+
 def full_gd_rate(problem: Problem, n: int, epsilon: float, delta: float) -> float:
     """Theorem 4.9 / Lemma B.6 of seed 000: DL(1/√n + √d ln^{3/2}(d/δ)/(εn)), L of the loss itself."""
     d = problem.dim
