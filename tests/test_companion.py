@@ -341,3 +341,26 @@ def test_mirror_descent_without_noise_meets_lemma_3_1():
     g = problem.radius * problem.lipschitz_inf
     bound = math.log(12) / (optimizer.rounds * optimizer.step) + optimizer.step * g**2 / 2
     assert losses.mean() - 5 * losses.std(ddof=1) / math.sqrt(len(losses)) <= bound
+
+
+@pytest.mark.parametrize("epsilon", [0.2, 0.5, 0.9])
+def test_pan_agd_noise_draw_alone_meets_lemma_c5_and_the_ledger_counts_both(epsilon):
+    """One draw of ζ (2Δ² ln(2/δ)/ε², Δ = 2L/B) is (ε, δ)-DP by the exact Gaussian
+    hockey stick (Balle–Wang) — what Lemma C.4's intruder sees; the released output
+    carries two draws, and the run's ledger says less than ε."""
+    from pipeline.config import expand
+    from pipeline.optimizers.pan_agd import pan_noise
+    from pipeline.runner import plan_run
+
+    problem = Quadratic(dim=DIM, radius=1.0)
+    batch, delta = 50, 1e-6
+    zeta = pan_noise(problem.lipschitz, batch, epsilon, delta)
+    assert analytic_gaussian_sigma(epsilon, delta, 2 * problem.lipschitz / batch) <= zeta
+    run = expand({"experiment": "pan", "n_users": 5000, "optimizer": {"name": "pan_agd"},
+                  "problem": {"name": "quadratic", "dim": DIM},
+                  "privacy": {"protocol": "central_gaussian", "epsilon": epsilon, "delta": delta},
+                  "tracking": {"out": "unused"}})[0]
+    planned = plan_run(run)
+    assert planned.ledger.total()[0] < epsilon
+    event = planned.ledger.to_dict()["events"][0]
+    assert event["sigma"] == pytest.approx(planned.job.optimizer.batch_size * math.sqrt(2) * planned.job.optimizer.zeta)
