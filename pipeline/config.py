@@ -130,6 +130,8 @@ FIELDS: dict[str, Field] = {
     "privacy.protocol": Field(_choice(PROTOCOL_NAMES)),  # default: DEFAULT_PROTOCOL of the model
     "privacy.levels": Field(_integer(1, 16)),  # m of seed 001's ℓ∞/ℓ2 randomizers
     "privacy.messages": Field(_integer(1)),  # s of seed 001's randomizers
+    # Robust mode: the fraction γ of each round's users who send (Corollary A.9's range).
+    "privacy.honest_fraction": Field(_real(1 / 3, 1.0, False, False, "seed 000, Corollary A.9")),
     "privacy.epsilon": Field(_real(0.0, 15.0, True, False, "seed 000, Theorem 3.2 needs 0 < ε ≤ 15"), 1.0),
     "privacy.delta": Field(_real(0.0, 0.5, True, True, "seed 000, Theorem 3.2 needs 0 < δ < 1/2"), 1e-6),
     "privacy.accounting": Field(_choice(ACCOUNTING_MODES), "paper"),

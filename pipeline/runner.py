@@ -79,7 +79,7 @@ def plan_run(run: RunConfig) -> PlannedRun:
     )
     # Smoothed optimizers run on their problem's Moreau envelope (optimizer.problem).
     job = engine.RunJob(optimizer.problem, optimizer, protocol, run.seed, run["n_users"],
-                        run["execution.block_size"], run["execution.simulation"])
+                        run["execution.block_size"], run["execution.simulation"], run["privacy.honest_fraction"] or 1.0)
     schedule = job.schedule
     planned = []
     for round_index in range(schedule.rounds):
@@ -153,6 +153,15 @@ def _check_pairing(run: RunConfig, cls, protocol, problem) -> None:
     if run["execution.simulation"] == engine.LITERAL and not protocol.supports_literal:
         raise ConfigError("execution.simulation", "literal",
                           f"only cjmp_vec materializes its messages; {protocol.name} runs exact")
+    if run["privacy.honest_fraction"] is not None:
+        if protocol.name != "cjmp_vec":
+            raise ConfigError("privacy.honest_fraction", run["privacy.honest_fraction"],
+                              f"robust mode is P_vec's (Appendix A.3): privacy.protocol must be cjmp_vec, not {protocol.name}")
+        if run["privacy.epsilon"] > 1.0:
+            raise ConfigError("privacy.epsilon", run["privacy.epsilon"],
+                              "must be ≤ 1 in robust mode (seed 000, Corollary A.9)")
+        if run["execution.simulation"] == engine.LITERAL:
+            raise ConfigError("execution.simulation", "literal", "robust mode runs exact")
     if run["tracking.round_metrics"] == "all" and getattr(cls, "final_iterate_only", False):
         raise ConfigError("tracking.round_metrics", "all",
                           f"{name} releases only its final iterate: logging the others voids its ledger (seed 002)")

@@ -44,6 +44,9 @@ def _jobs():
         "dp_sgd": _companion(DpSGD, "central_gaussian", n, batch_size=40),
         "pnsgd": _companion(PNSGD, "central_gaussian", 500),
         "mirror_descent_l1": _companion(MirrorDescentL1, "central_gaussian", n, problem=L1LeastSquares(4, 1.0)),
+        # Robust mode: a fresh half of each batch drops out (P_vec planned for the whole batch).
+        "seq_sgd_robust": engine.RunJob(PROBLEM, SeqSGD.from_config(PROBLEM, n, 1.0, 1e-5, batch_size=37), CjmpVec(),
+                                        7, n, 128, honest_fraction=0.5),
         # Groups of users in turn, each fully interactive (tight P_vec).
         "full_phased": _job(FullPhased.from_config(PROBLEM, 600, 4.0, 1e-5, accounting="tight"), 600,
                             accounting="tight"),
@@ -62,7 +65,8 @@ SEED_000 = ("mean_estimation", "seq_sgd", "full_gd", "seq_agd")
 
 
 @pytest.mark.parametrize("name", ["mean_estimation", "seq_sgd", "full_gd", "seq_agd", "cldp_sgd", "dss_sgd",
-                                  "dp_sgd", "pnsgd", "mirror_descent_l1", "frank_wolfe_l1", "full_phased"])
+                                  "dp_sgd", "pnsgd", "mirror_descent_l1", "frank_wolfe_l1", "full_phased",
+                                  "seq_sgd_robust"])
 def test_bit_identical_for_any_shards_and_local_vs_ray(ray_session, name):
     job = _jobs()[name]
     reference_losses, reference_theta = _trace(job, "local", 1)

@@ -2,14 +2,17 @@
 and P_GD's advanced composition against the target."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import attr
 import pytest
 
 from pipeline.accounting import FULLY_INTERACTIVE, SEQUENTIAL, LedgerError, PrivacyLedger
+from pipeline.accounting.ledger import paper_bound
 from pipeline.accounting.paper import advanced_composition, full_gd_round_budget, pvec_analysis_bound
 from pipeline.optimizers import FullGD
+from pipeline.optimizers.base import RoundPlan
 from pipeline.problems import Quadratic
 from pipeline.protocols import CjmpVec
 from pipeline.protocols.cjmp import plan_pvec
@@ -111,3 +114,28 @@ def test_phased_groups_compose_in_parallel_and_must_be_disjoint():
         assert phased.total(mode) == single.total(mode)
     with pytest.raises(LedgerError):
         phased.record(15, 50, 150, call)
+
+
+@pytest.mark.parametrize("honest", [0.34, 0.5, 0.9])
+def test_robust_mode_ledger_is_corollary_a9_and_the_tight_bound_of_the_honest_noise(honest):
+    """Dropouts (Appendix A.3): paper mode plans Theorem 3.2 at γε for the whole batch and
+    claims (γε)/γ = ε (Corollary A.9); tight mode bounds the honest users' noise alone."""
+    batch, sending = 300, math.floor(honest * 300)
+    plan = RoundPlan(0, 0, batch, 1.0, 1e-6, 1.0, "gradients", sampling="uniform", sample_size=sending,
+                     honest_fraction=honest)
+    paper_call = CjmpVec("paper").plan(plan, 3)
+    assert paper_call.users == batch and paper_call.honest_users == sending
+    assert paper_call.epsilon == pytest.approx(sending / batch)
+    tight_call = CjmpVec("tight").plan(plan, 3)
+    for call, mode in ((paper_call, "paper"), (tight_call, "tight")):
+        ledger = PrivacyLedger(SEQUENTIAL, 1.0, 1e-6, accounting=mode)
+        ledger.record(0, 0, batch, CjmpVec.event(call, 64))
+        assert ledger.total()[0] <= 1.0 + 1e-12
+    # The tight bound is that of a call planned for the honest users only.
+    honest_only = PrivacyLedger(SEQUENTIAL, 1.0, 1e-6, accounting="tight")
+    honest_only.record(0, 0, sending, CjmpVec.event(dataclasses.replace(tight_call, users=sending, honest_users=None), 64))
+    ledger = PrivacyLedger(SEQUENTIAL, 1.0, 1e-6, accounting="tight")
+    ledger.record(0, 0, batch, CjmpVec.event(tight_call, 64))
+    assert ledger.total() == honest_only.total()
+    # Corollary A.9 does not cover a call above ε = 1: no paper bound.
+    assert paper_bound(attr.evolve(CjmpVec.event(paper_call, 64), epsilon=1.5)) is None

@@ -18,6 +18,7 @@ class PvecDpEvent(dp_event.DpEvent):
       g, b_noise, p: the P_1D parameters of every coordinate.
       noise_sampler: "binomial" (exact) or "normal_approximation".
       calibration: the rule that chose g, b_noise, p: "paper" or "tight".
+      honest_users: robust mode: how many of the users send (None: all).
     """
 
     users: int
@@ -30,6 +31,7 @@ class PvecDpEvent(dp_event.DpEvent):
     p: float
     noise_sampler: str
     calibration: str = "paper"
+    honest_users: int | None = None
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)

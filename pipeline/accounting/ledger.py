@@ -56,17 +56,27 @@ _TIGHT_METHOD = ("δ-approximate RDP of the count vector: shifted binomials boun
 
 
 def paper_bound(event: PvecDpEvent) -> tuple[float, float] | None:
-    """Theorem 3.2's (ε, δ) for a call, or None when the call is outside its conditions."""
+    """Theorem 3.2's (ε, δ) for a call, or None when the call is outside its conditions.
+
+    With dropouts, Corollary A.9: (ε/γ, δ) for γ = honest/users ∈ [1/3, 1] and ε ≤ 1.
+    """
     try:
-        return paper.pvec_analysis_bound(event)
+        bound = paper.pvec_analysis_bound(event)
     except ValueError:
         return None
+    if event.honest_users is None:
+        return bound
+    honest = event.honest_users / event.users
+    if not (1 / 3 <= honest <= 1 and event.epsilon <= 1):
+        return None
+    return event.epsilon / honest, event.delta
 
 
 @functools.lru_cache(maxsize=4096)
 def tight_bound(event: PvecDpEvent) -> pvec_tight.PvecRdp:
-    """The proven δ-approximate RDP bound of one call (pipeline.accounting.pvec_tight)."""
-    return pvec_tight.pvec_rdp(event.users, event.dim, event.g, event.b_noise, event.p)
+    """The proven δ-approximate RDP bound of one call (pipeline.accounting.pvec_tight); with
+    dropouts, of the honest users' noise only (the dropped users send nothing)."""
+    return pvec_tight.pvec_rdp(event.honest_users or event.users, event.dim, event.g, event.b_noise, event.p)
 
 
 class LedgerError(ValueError):
@@ -205,9 +215,12 @@ class PrivacyLedger:
         bounds = [paper_bound(event) for event, _ in covered]
         if any(bound is None for bound in bounds):
             return math.inf, max(event.delta for event, _ in covered)
+        # Each call claims its target (Theorem 3.2), or ε/γ with dropouts (Corollary A.9).
+        claims = [bound if event.honest_users is not None else (event.epsilon, event.delta)
+                  for (event, _), bound in zip(covered, bounds)]
         if composition == SEQUENTIAL:
-            return max(e.epsilon for e, _ in covered), max(e.delta for e, _ in covered)
-        budgets = {(e.epsilon, e.delta) for e, _ in covered}
+            return max(c[0] for c in claims), max(c[1] for c in claims)
+        budgets = set(claims)
         if len(budgets) != 1:
             raise LedgerError("advanced composition here needs one per-round budget; got several")
         epsilon0, delta0 = budgets.pop()

@@ -5,7 +5,7 @@ import dataclasses
 import functools
 
 from pipeline.engine.layout import BlockLayout
-from pipeline.optimizers.base import Optimizer, Schedule
+from pipeline.optimizers.base import Optimizer, Schedule, with_dropouts
 from pipeline.problems.base import Problem
 
 EXACT = "exact"
@@ -25,6 +25,7 @@ class RunJob:
       n_users: n.
       block_size: users per block (part of the results' identity).
       simulation: EXACT or LITERAL.
+      honest_fraction: robust mode's γ (1: nobody drops out).
     """
 
     problem: Problem
@@ -34,10 +35,12 @@ class RunJob:
     n_users: int
     block_size: int
     simulation: str = EXACT
+    honest_fraction: float = 1.0
 
     @functools.cached_property
     def schedule(self) -> Schedule:
-        return self.optimizer.schedule()
+        schedule = self.optimizer.schedule()
+        return schedule if self.honest_fraction == 1.0 else with_dropouts(schedule, self.honest_fraction)
 
     @property
     def layout(self) -> BlockLayout:

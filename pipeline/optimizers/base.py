@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import bisect
 import functools
+import math
 import dataclasses
 from typing import Any, Callable, ClassVar
 
@@ -45,6 +46,8 @@ class RoundGroup:
         (PNSGD's σ) instead of calibrated to the round's budget.
       noisy_max: (leaves, λ, Δ, candidates) of the report-noisy-max selections the
         round's statistic feeds (Frank–Wolfe), for the `report_noisy_max` protocol.
+      honest_fraction: robust mode: the fraction γ of the round's users who send;
+        the others drop out (a fresh uniform sample each round).
     """
 
     rounds: int
@@ -60,6 +63,7 @@ class RoundGroup:
     rate: float = 0.0
     noise_std: float = 0.0
     noisy_max: tuple = ()
+    honest_fraction: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +84,7 @@ class RoundPlan:
     rate: float = 0.0
     noise_std: float = 0.0
     noisy_max: tuple = ()
+    honest_fraction: float = 1.0
 
     @property
     def population(self) -> int:
@@ -139,7 +144,17 @@ class Schedule:
         return RoundPlan(
             round_index, first, first + group.users, group.epsilon, group.delta, group.norm_bound, self.inputs,
             group.folds, group.sampling, group.sample_size, group.rate, group.noise_std, group.noisy_max,
+            group.honest_fraction,
         )
+
+
+def with_dropouts(schedule: Schedule, honest_fraction: float) -> Schedule:
+    """The schedule with a fraction 1 − γ of every round's users dropping out: each round
+    a fresh uniform sample of ⌊γ·users⌋ (at least 1) sends (seed 000 Appendix A.3)."""
+    groups = tuple(dataclasses.replace(group, sampling="uniform", honest_fraction=honest_fraction,
+                                       sample_size=max(1, math.floor(honest_fraction * group.users)))
+                   for group in schedule.groups)
+    return dataclasses.replace(schedule, groups=groups)
 
 
 def protocol_mean_mse(protocol, accounting: str, users: int, dim: int, epsilon: float, delta: float,

@@ -51,6 +51,8 @@ class PvecParams:
         (paper calibration only; the tight one bounds the vector as a whole).
       calibration: the rule that chose g, b_noise and p: "paper" (Theorem 3.2)
         or "tight" (pipeline.accounting.pvec_tight).
+      honest_users: robust mode (seed 000 Appendix A.3): how many of the `users`
+        actually send (the others drop out); None when all do.
     """
 
     users: int
@@ -64,6 +66,7 @@ class PvecParams:
     epsilon_hat: float | None
     delta_hat: float | None
     calibration: str = "paper"
+    honest_users: int | None = None
 
     @property
     def value_range(self) -> float:
