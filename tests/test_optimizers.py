@@ -106,3 +106,25 @@ def test_smoothed_optimizers_run_on_the_envelope_and_measure_the_loss():
         data = problem.sample(np.random.default_rng(0), 4)
         beta = envelope.smoothness
         assert np.allclose(envelope.gradients(theta, data), beta / (1 + beta) * (theta[:, None] - data))
+
+
+@pytest.mark.parametrize("protocol_name", ["cjmp_vec", "none"])
+def test_full_gd_meets_lemmas_b4_plus_b5_in_expectation(protocol_name):
+    """Lemma B.4 (optimization, noise variance σ² on the mean gradient) plus Lemma B.5
+    (uniform stability L²Tη/n, β-smooth, η ≤ 2/β) bound E F(θ̄) − F* (notes §4.3);
+    with the protocol `none` the noise is switched off (σ = 0)."""
+    from pipeline.optimizers import FullGD
+    from pipeline.problems import Logistic
+    from pipeline.protocols import build_protocol
+
+    problem, n, rounds = Logistic(dim=3, radius=1.0), 400, 20
+    protocol = build_protocol(protocol_name, "tight")
+    optimizer = FullGD.from_config(problem, n, 4.0, 1e-5, rounds=rounds, accounting="tight", protocol=protocol)
+    eta = optimizer.step_size
+    assert eta <= 2 / problem.smoothness
+    noise = 0.0 if protocol_name == "none" else cjmp.mean_mse("tight", n, 3, 4.0, 1e-5, problem.lipschitz, rounds)
+    losses = [engine.execute(engine.RunJob(problem, optimizer, protocol, seed, n, 4096), "local", 1)[1][-1].excess_loss
+              for seed in range(16)]
+    bound = (problem.diameter**2 / (2 * eta * rounds) + eta * (problem.lipschitz**2 + noise) / 2
+             + problem.lipschitz**2 * rounds * eta / n)
+    assert np.mean(losses) - 5 * np.std(losses, ddof=1) / math.sqrt(len(losses)) <= bound
