@@ -1,17 +1,24 @@
 """The privacy ledger: every mechanism call of a run, and what they add up to.
 
 Two accountants read the same events:
-  paper  Theorem 3.2's analysis bound per call (the call must satisfy its
-         conditions), composed as seed 000's theorems do;
+  paper  Theorem 3.2's analysis bound per P_vec call (the call must satisfy its
+         conditions; Corollary A.9 with dropouts), composed as seed 000's
+         theorems do; for the companion mechanisms, the seed's own bound
+         (pipeline.accounting.mechanisms);
   tight  the proven δ-approximate RDP bound of pipeline.accounting.pvec_tight
-         per call, composed by adding RDP curves, converted once.
-and two compositions:
+         per call, or the minimum of every valid bound of a companion call,
+         composed by adding RDP curves (or exactly / by PLD), converted once.
+and four compositions:
   sequential        each user answers in one round only (Algorithm 3, 4, ...):
                     parallel composition over disjoint batches (proof of
                     Theorem 4.1): the worst round; the ledger asserts disjointness.
-  fully_interactive every round sees every user (Algorithm 5): paper mode by
-                    advanced composition (Lemma B.6 / Theorem 4.9), tight mode
-                    by adding the rounds' RDP curves.
+  fully_interactive every round may see every user (Algorithm 5, sampled SGD):
+                    paper mode by advanced composition (Lemma B.6 / Theorem 4.9)
+                    for P_vec, tight mode by adding the rounds' RDP curves.
+  phased            disjoint groups of users, each fully interactive (Lemma B.7):
+                    the worst group.
+  final_iterate     only the last iterate is released (seed 002): nothing is
+                    spent before it, its release is accounted whole.
 The run's accounting mode decides which total is checked against the target
 and reported; the other is recorded beside it.
 """
