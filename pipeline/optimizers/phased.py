@@ -31,6 +31,25 @@ def phase_count(n_users: int) -> int:
     return 1 + math.ceil(math.log2(max(2.0, math.log2(max(n_users, 4)))))
 
 
+def _phases(name: str, theorem: str, problem: Problem, n_users: int, rounds, batch_size, step_size) -> tuple[int, int]:
+    """(k, n/k) of a phased reduction, after its rules.
+
+    Raises:
+      ConfigError: a problem that is not strongly convex, an override (each phase
+        sets its own), or fewer users than phases.
+    """
+    if problem.strong_convexity <= 0:
+        raise ConfigError("optimizer.name", name, f"needs a strongly convex loss ({theorem}); {problem.name} has λ = 0")
+    for field, value in (("optimizer.rounds", rounds), ("optimizer.batch_size", batch_size),
+                         ("optimizer.step_size", step_size)):
+        if value is not None:
+            raise ConfigError(field, value, f"does not apply to optimizer {name} (each phase sets its own)")
+    count = phase_count(n_users)
+    if n_users // count < 1:
+        raise ConfigError("n_users", n_users, f"must be at least the {count} phases of {theorem}")
+    return count, n_users // count
+
+
 @dataclasses.dataclass(frozen=True)
 class SeqPhased(Optimizer):
     """Theorem 4.8: k phases on disjoint sets of n/k users, each running
@@ -65,17 +84,7 @@ class SeqPhased(Optimizer):
           ConfigError: a problem that is not strongly convex, fewer users than phases,
             or overrides (rounds, batch_size and step_size are the phases' own).
         """
-        if problem.strong_convexity <= 0:
-            raise ConfigError("optimizer.name", cls.name,
-                              f"needs a strongly convex loss (Theorem 4.8); {problem.name} has λ = 0")
-        for field, value in (("optimizer.rounds", rounds), ("optimizer.batch_size", batch_size),
-                             ("optimizer.step_size", step_size)):
-            if value is not None:
-                raise ConfigError(field, value, f"does not apply to optimizer {cls.name} (each phase sets its own)")
-        count = phase_count(n_users)
-        share = n_users // count
-        if share < 1:
-            raise ConfigError("n_users", n_users, f"must be at least the {count} phases of Theorem 4.8")
+        count, share = _phases(cls.name, "Theorem 4.8", problem, n_users, rounds, batch_size, step_size)
         inner = SeqAGD if math.isfinite(problem.smoothness) else SeqAGDSmoothed
         phases = tuple(inner.from_config(problem, share, epsilon, delta, accounting=accounting,
                                          parameters=parameters, protocol=protocol) for _ in range(count))
@@ -154,17 +163,7 @@ class FullPhased(Optimizer):
           ConfigError: a problem that is not strongly convex, fewer users than groups,
             or overrides (each group sets its own).
         """
-        if problem.strong_convexity <= 0:
-            raise ConfigError("optimizer.name", cls.name,
-                              f"needs a strongly convex loss (Theorem 4.9, Lemma B.7); {problem.name} has λ = 0")
-        for field, value in (("optimizer.rounds", rounds), ("optimizer.batch_size", batch_size),
-                             ("optimizer.step_size", step_size)):
-            if value is not None:
-                raise ConfigError(field, value, f"does not apply to optimizer {cls.name} (each group sets its own)")
-        count = phase_count(n_users)
-        share = n_users // count
-        if share < 1:
-            raise ConfigError("n_users", n_users, f"must be at least the {count} groups of Lemma B.7")
+        count, share = _phases(cls.name, "Theorem 4.9, Lemma B.7", problem, n_users, rounds, batch_size, step_size)
         inner = FullGD if math.isfinite(problem.smoothness) else FullGDSmoothed
         phases = tuple(inner.from_config(problem, share, epsilon, delta, accounting=accounting,
                                          parameters=parameters, protocol=protocol) for _ in range(count))
