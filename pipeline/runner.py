@@ -126,8 +126,9 @@ def _protocol(run: RunConfig):
     options = {key: run[f"privacy.{key}"] for key in ("levels", "messages") if run[f"privacy.{key}"] is not None}
     try:
         return build_protocol(name, run["privacy.accounting"], **options)
-    except TypeError:
-        field = f"privacy.{next(iter(options))}"
+    except TypeError as error:  # the protocol names the option it does not take, if it knows it
+        key = error.args[0] if error.args and error.args[0] in options else next(iter(options))
+        field = f"privacy.{key}"
         raise ConfigError(field, run[field], f"does not apply to privacy.protocol {name}") from None
 
 

@@ -133,7 +133,7 @@ def test_uniform_sampling_takes_exactly_k_uniformly_whatever_the_sharding():
         hits[users] += 1
     # Each user is in a round with probability k/n: Binomial(rounds, k/n) hits.
     q = k / 1000
-    assert np.all(np.abs(hits - rounds * q) < 5 * math.sqrt(rounds * q * (1 - q)) + 1)
+    assert np.all(np.abs(hits - rounds * q) < 5 * math.sqrt(rounds * q * (1 - q)))
     assert stats.chisquare(hits).pvalue > 1e-6
 
 
@@ -152,7 +152,7 @@ def test_poisson_sampling_has_binomial_sizes_and_independent_memberships():
     assert abs(sizes.mean() - 500 * q) < 5 * math.sqrt(500 * q * (1 - q) / rounds)
     # The sample variance of Bin(n, q): its own SE ≈ σ²·√(2/rounds).
     assert abs(sizes.var() - 500 * q * (1 - q)) < 5 * 500 * q * (1 - q) * math.sqrt(2 / rounds)
-    assert abs(pair - rounds * q * q) < 5 * math.sqrt(rounds * q * q) + 1
+    assert abs(pair - rounds * q * q) < 5 * math.sqrt(rounds * q * q * (1 - q * q))  # Binomial(rounds, q²)
 
 
 def test_dss_sgd_skips_empty_rounds_and_counts_the_clock():

@@ -60,12 +60,13 @@ class Shard:
         their positions), chunk by chunk, as contiguous (d, users) views of one
         reused buffer (each chunk is consumed before the next is made). The
         protocol's randomizer clips them to its bound."""
-        positions = np.arange(users.start, users.stop) if isinstance(users, slice) else users
-        for low in range(0, positions.size, self._step):
-            part = positions[low: low + self._step]
-            columns = slice(part[0], part[-1] + 1) if isinstance(users, slice) else part
-            data = self.data[:, columns]
-            out = self._buffer[: self.dim * part.size].reshape(self.dim, part.size)
+        contiguous = isinstance(users, slice)
+        first, stop = (users.start, users.stop) if contiguous else (0, users.size)
+        for low in range(first, stop, self._step):
+            high = min(low + self._step, stop)
+            # A slice stays a view of the shard's data; sampled positions are gathered.
+            data = self.data[:, low:high] if contiguous else self.data[:, users[low:high]]
+            out = self._buffer[: self.dim * (high - low)].reshape(self.dim, high - low)
             if plan.inputs == DATA:
                 np.copyto(out, data)
             elif theta.ndim == 2:  # two query points: each user's gradient difference (Frank–Wolfe's SPIDER)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import ClassVar, NamedTuple
 
@@ -139,8 +140,8 @@ class FrankWolfeL1(Optimizer):
         draft = cls(problem, n_users, epsilon, delta, batch, phases, 1.0, accounting)
         return dataclasses.replace(draft, scale=draft._calibrated_scale())
 
-    @property
-    def nodes(self) -> list[Node]:
+    @functools.cached_property
+    def nodes(self) -> list[Node]:  # read every round: built once
         return tree_nodes(self.phases, self.batch)
 
     def _events(self, scale: float) -> list[NoisyMaxDpEvent]:
