@@ -8,8 +8,10 @@ import pytest
 from pipeline import engine
 from pipeline.engine.local import LocalPool
 from pipeline.optimizers import (PNSGD, CldpSGD, DpSGD, DssSGD, FrankWolfeL1, FullGD, FullPhased, MeanEstimation,
-                                 MirrorDescentL1, SeqAGD, SeqSGD)
-from pipeline.problems import L1LeastSquares, Quadratic
+                                 MirrorDescentL1, SeqAGD, SeqPhased, SeqSGD)
+from pipeline.engine.shard import Shard
+from pipeline.problems import Elastic, L1LeastSquares, Quadratic
+from pipeline.problems.smoothed import MoreauSmoothed
 from pipeline.protocols import CjmpVec, build_protocol
 from pipeline.protocols.cjmp import ShuffledCounts
 
@@ -50,6 +52,8 @@ def _jobs():
         # Groups of users in turn, each fully interactive (tight P_vec).
         "full_phased": _job(FullPhased.from_config(PROBLEM, 600, 4.0, 1e-5, accounting="tight"), 600,
                             accounting="tight"),
+        # Phases of fresh users, each smoothing the loss with its own β.
+        "seq_phased": _job(SeqPhased.from_config(Elastic(dim=3, radius=1.0), n, 2.0, 1e-5), n),
         # Two-point queries and the curator's own noise stream.
         "frank_wolfe_l1": _companion(FrankWolfeL1, "report_noisy_max", n, problem=L1LeastSquares(4, 1.0),
                                      batch_size=300),
@@ -66,7 +70,7 @@ SEED_000 = ("mean_estimation", "seq_sgd", "full_gd", "seq_agd")
 
 @pytest.mark.parametrize("name", ["mean_estimation", "seq_sgd", "full_gd", "seq_agd", "cldp_sgd", "dss_sgd",
                                   "dp_sgd", "pnsgd", "mirror_descent_l1", "frank_wolfe_l1", "full_phased",
-                                  "seq_sgd_robust"])
+                                  "seq_phased", "seq_sgd_robust"])
 def test_bit_identical_for_any_shards_and_local_vs_ray(ray_session, name):
     job = _jobs()[name]
     reference_losses, reference_theta = _trace(job, "local", 1)
@@ -135,6 +139,19 @@ def test_full_phased_groups_are_disjoint_and_each_reads_its_users_every_round():
         assert np.all(pool.uses[first: first + phase.n_users] == phase.rounds)
         first += phase.n_users
     assert np.all(pool.uses[first:] == 0)
+
+
+def test_users_send_the_gradient_of_their_phase_envelope():
+    base, n = Elastic(dim=3, radius=1.0), 3000
+    job = _job(SeqPhased.from_config(base, n, 2.0, 1e-5), n)
+    plans = [job.schedule.plan(r) for r in range(job.schedule.rounds)]
+    betas = sorted({plan.smoothing for plan in plans})
+    assert len(betas) == len(job.optimizer.phases) and betas[0] > 0  # one β per phase, re-smoothed
+    shard, theta = Shard(job, 0, job.layout.n_blocks), np.array([0.2, -0.1, 0.3])
+    for plan in (plans[0], plans[-1]):
+        users = slice(plan.first_user, plan.stop_user)
+        expected = MoreauSmoothed(base, plan.smoothing).gradients(theta, shard.data[:, users])
+        assert np.array_equal(shard._inputs(plan, theta, users), expected)
 
 
 def test_analyzer_and_optimizer_receive_only_the_protocol_statistic(monkeypatch):

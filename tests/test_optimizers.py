@@ -3,6 +3,7 @@ deterministic rate, P_SGD's Lemma 4.2 bound in expectation over seeds, and the
 calibrated parameter mode's choices."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -10,9 +11,9 @@ import pytest
 
 from pipeline import engine
 from pipeline.errors import ConfigError
-from pipeline.optimizers import FullGDSmoothed, SeqAGD, SeqAGDSmoothed, SeqPhased, SeqSGD
+from pipeline.optimizers import FullGDSmoothed, FullPhased, SeqAGD, SeqAGDSmoothed, SeqPhased, SeqSGD
 from pipeline.optimizers.phased import phase_count
-from pipeline.problems import Quadratic
+from pipeline.problems import Absolute, Quadratic
 from pipeline.problems.smoothed import MoreauSmoothed
 from pipeline.protocols import CjmpVec, build_protocol, cjmp
 
@@ -131,3 +132,99 @@ def test_full_gd_meets_lemmas_b4_plus_b5_in_expectation(protocol_name):
     bound = (problem.diameter**2 / (2 * eta * rounds) + eta * (problem.lipschitz**2 + noise) / 2
              + problem.lipschitz**2 * rounds * eta / n)
     assert np.mean(losses) - 5 * np.std(losses, ddof=1) / math.sqrt(len(losses)) <= bound
+
+
+def _envelope_gradient(problem, beta: float, theta: np.ndarray) -> np.ndarray:
+    """∇F_β(θ) = Σ_k w_k ∇ℓ_β(θ, x_k), exactly: the population gradient of the envelope
+    of a finite-support problem (no sampling, no protocol: the noise switched off)."""
+    return MoreauSmoothed(problem, beta).gradients(theta, np.asarray(problem.support)) @ problem.weights
+
+
+@pytest.mark.parametrize("rounds", [10, 100, 1000])
+def test_smoothed_acsa_without_noise_meets_lan_plus_the_smoothing_gap(rounds):
+    problem = Absolute(dim=4, radius=1.0)
+    lipschitz, distance = problem.lipschitz, float(np.linalg.norm(problem.optimum))
+    # β balancing 2βR²/T² against L²/(2β): the non-private O(LR/T) of smoothed acceleration.
+    beta = lipschitz * rounds / (2 * distance)
+    optimizer = SeqAGDSmoothed(MoreauSmoothed(problem, beta), 10**6, 1.0, 1e-6, 1, rounds, 0.0,
+                               parameters="calibrated")
+    state = optimizer.init()
+    for _ in range(rounds):
+        state = optimizer.update(state, _envelope_gradient(problem, beta, optimizer.query(state)))
+    # Lan 2012, Cor. 1 with σ = 0 (γ = 1/(4β)) on F_β against the comparator θ*, then
+    # Lemma 4.6: F ≤ F_β + L²/(2β) and F_β ≤ F, so F(θ) − F(θ*) ≤ F_β(θ) − F_β(θ*) + L²/(2β).
+    bound = 2 * beta * distance**2 / (rounds * (rounds + 1)) + lipschitz**2 / (2 * beta)
+    assert problem.excess_loss(optimizer.output(state)) <= bound
+
+
+def test_phased_acsa_without_noise_meets_lan_in_every_phase_from_its_warm_start():
+    problem = Quadratic(dim=3, radius=1.0)
+    phased = SeqPhased.from_config(problem, 20_000, 1.0, 1e-6, accounting="tight", parameters="calibrated")
+    phased = dataclasses.replace(phased, phases=tuple(dataclasses.replace(p, sigma=0.0) for p in phased.phases))
+    state, start = phased.init(), np.zeros(3)
+    for phase in phased.phases:
+        for _ in range(phase.rounds):  # the exact population gradient θ − μ
+            state = phased.update(state, phased.query(state) - problem.optimum)
+        theta = phased.output(state)
+        # Lan 2012, Cor. 1 with σ = 0, from the previous phase's output: a phase that
+        # restarted from 0 or ran fewer rounds would miss it.
+        bound = 2 * problem.smoothness * np.sum((start - problem.optimum) ** 2) / (phase.rounds * (phase.rounds + 1))
+        assert problem.excess_loss(theta) <= bound
+        start = theta
+    assert problem.excess_loss(start) < 1e-20
+
+
+def test_smoothed_full_gd_without_noise_meets_lemmas_b4_b5_plus_the_smoothing_gap():
+    problem, n, rounds = Absolute(dim=3, radius=1.0), 400, 40
+    protocol = build_protocol("none", "tight")
+    optimizer = FullGDSmoothed.from_config(problem, n, 4.0, 1e-5, rounds=rounds, accounting="tight", protocol=protocol)
+    envelope, eta = optimizer.problem, optimizer.step_size
+    assert eta <= 2 / envelope.smoothness  # Lemma B.5's condition
+    losses = [engine.execute(engine.RunJob(envelope, optimizer, protocol, seed, n, 4096), "local", 1)[1][-1].excess_loss
+              for seed in range(16)]
+    # B.4 against the comparator θ* (θ_0 = 0) + B.5 on the envelope (its declared Lipschitz
+    # bound 2L), + Lemma 4.6's gap L²/(2β) with L the loss's own.
+    lipschitz = envelope.lipschitz
+    bound = (np.sum(problem.optimum**2) / (2 * eta * rounds) + eta * lipschitz**2 / 2
+             + lipschitz**2 * rounds * eta / n + problem.lipschitz**2 / (2 * envelope.smoothness))
+    assert np.mean(losses) - 5 * np.std(losses, ddof=1) / math.sqrt(len(losses)) <= bound
+
+
+def test_full_phased_without_noise_meets_the_chained_lemmas_b4_b5():
+    problem, n = Quadratic(dim=3, radius=1.0), 600
+    protocol = build_protocol("none", "tight")
+    phased = FullPhased.from_config(problem, n, 1.0, 1e-5, accounting="tight", protocol=protocol)
+    lam, lipschitz, diameter = problem.strong_convexity, problem.lipschitz, problem.diameter
+    # Group i: E F(θ_i) − F* ≤ Δ_i = E‖θ_{i−1} − θ*‖²/(2ηT) + ηL²/2 + L²Tη/n_i (B.4 + B.5), and
+    # strong convexity gives E‖θ_i − θ*‖² ≤ min(D², 2Δ_i/λ); the first group starts at 0.
+    def bound(group, square):  # Lemmas B.4 + B.5 from a start at mean-square distance `square`
+        eta, rounds = group.step_size, group.rounds
+        return square / (2 * eta * rounds) + eta * lipschitz**2 / 2 + lipschitz**2 * rounds * eta / group.n_users
+
+    square, tuned = float(np.sum(problem.optimum**2)), min(diameter, 2 * lipschitz / lam)
+    for group in phased.phases:
+        assert group.step_size <= 2 / problem.smoothness
+        # Each group is tuned for the distance its predecessor's bound implies (the first: 2L/λ).
+        assert group.distance == pytest.approx(tuned, rel=1e-12)
+        tuned = min(diameter, math.sqrt(2 * bound(group, group.distance**2) / lam))
+        delta_bound = bound(group, square)
+        square = min(diameter**2, 2 * delta_bound / lam)
+    losses = [engine.execute(engine.RunJob(problem, phased, protocol, seed, n, 4096), "local", 1)[1][-1].excess_loss
+              for seed in range(16)]
+    assert np.mean(losses) - 5 * np.std(losses, ddof=1) / math.sqrt(len(losses)) <= delta_bound
+
+
+def test_full_phased_without_noise_meets_smooth_gradient_descent_in_every_group():
+    problem = Quadratic(dim=3, radius=1.0)
+    phased = FullPhased.from_config(problem, 4000, 1.0, 1e-5, accounting="tight")
+    state, start = phased.init(), np.zeros(3)
+    for group in phased.phases:
+        assert group.step_size <= 1 / problem.smoothness
+        for _ in range(group.rounds):  # the exact population gradient θ − μ
+            state = phased.update(state, phased.query(state) - problem.optimum)
+        theta = phased.output(state)
+        # Projected GD on a β-smooth loss with η ≤ 1/β: F(θ_{t+1}) − F* ≤ (‖θ_t − θ*‖² −
+        # ‖θ_{t+1} − θ*‖²)/(2η) (Bubeck 2015, §3.2); averaging θ_0..θ_{T−1} from the warm start θ_0:
+        bound = (problem.excess_loss(start) + np.sum((start - problem.optimum) ** 2) / (2 * group.step_size)) / group.rounds
+        assert problem.excess_loss(theta) <= bound
+        start = theta

@@ -12,6 +12,7 @@ from pipeline.engine.layout import (DATA_STREAM, NOISE_STREAM, PERMUTE_STREAM, R
                                     sampled_users, stream)
 from pipeline.engine.rounds import RoundRecord, execute_rounds
 from pipeline.optimizers.base import DATA, RoundPlan
+from pipeline.problems.smoothed import MoreauSmoothed
 from pipeline.protocols.cjmp import PartialCounts, PvecParams, RoundingWorkspace
 
 # Users per chunk: about 2^16 user-coordinates, so a chunk's buffers stay in
@@ -61,6 +62,8 @@ class Shard:
         reused buffer (each chunk is consumed before the next is made). The
         protocol's randomizer clips them to its bound."""
         contiguous = isinstance(users, slice)
+        problem = self.job.problem if plan.smoothing == 0 else MoreauSmoothed(self.job.problem.unsmoothed,
+                                                                              plan.smoothing)
         first, stop = (users.start, users.stop) if contiguous else (0, users.size)
         for low in range(first, stop, self._step):
             high = min(low + self._step, stop)
@@ -70,10 +73,10 @@ class Shard:
             if plan.inputs == DATA:
                 np.copyto(out, data)
             elif theta.ndim == 2:  # two query points: each user's gradient difference (Frank–Wolfe's SPIDER)
-                self.job.problem.gradients(theta[0], data, out=out)
-                out -= self.job.problem.gradients(theta[1], data)
+                problem.gradients(theta[0], data, out=out)
+                out -= problem.gradients(theta[1], data)
             else:
-                self.job.problem.gradients(theta, data, out=out)
+                problem.gradients(theta, data, out=out)
             yield out
 
     def _inputs(self, plan: RoundPlan, theta: np.ndarray, users: slice | np.ndarray) -> np.ndarray:

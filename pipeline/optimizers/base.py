@@ -48,6 +48,9 @@ class RoundGroup:
         round's statistic feeds (Frank–Wolfe), for the `report_noisy_max` protocol.
       honest_fraction: robust mode: the fraction γ of the round's users who send;
         the others drop out (a fresh uniform sample each round).
+      smoothing: when > 0, users send the gradient of the Moreau envelope of
+        their loss with this β instead of the job's problem's gradient (the
+        phased reductions re-smooth every phase); the norm bound is unchanged.
     """
 
     rounds: int
@@ -64,6 +67,7 @@ class RoundGroup:
     noise_std: float = 0.0
     noisy_max: tuple = ()
     honest_fraction: float = 1.0
+    smoothing: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +89,7 @@ class RoundPlan:
     noise_std: float = 0.0
     noisy_max: tuple = ()
     honest_fraction: float = 1.0
+    smoothing: float = 0.0
 
     @property
     def population(self) -> int:
@@ -144,7 +149,7 @@ class Schedule:
         return RoundPlan(
             round_index, first, first + group.users, group.epsilon, group.delta, group.norm_bound, self.inputs,
             group.folds, group.sampling, group.sample_size, group.rate, group.noise_std, group.noisy_max,
-            group.honest_fraction,
+            group.honest_fraction, group.smoothing,
         )
 
 

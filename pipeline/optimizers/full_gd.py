@@ -31,6 +31,9 @@ class FullGD(AveragedProjectedDescent):
       accounting: "paper" splits (ε, δ) into per-round (ε0, δ0) by Lemma B.6;
         "tight" calibrates every call so that the T calls' RDP curves, added,
         meet (ε, δ) (pipeline.accounting.pvec_tight).
+      gradient_noise: σ², the planned calls' squared error on the mean gradient.
+      distance: R, the bound on the root mean square of ‖θ_0 − θ*‖ the step size is
+        tuned for (a group of `full_phased`); None: the domain's diameter D.
     """
 
     problem: Problem
@@ -40,13 +43,15 @@ class FullGD(AveragedProjectedDescent):
     rounds: int
     step_size: float
     accounting: str = "paper"
+    gradient_noise: float = 0.0
+    distance: float | None = None
     name: ClassVar[str] = "full_gd"
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
                     step_size: float | None = None, accounting: str = "paper",
-                    parameters: str = "paper", protocol=None) -> "FullGD":
+                    parameters: str = "paper", protocol=None, distance: float | None = None) -> "FullGD":
         """Resolves Lemma B.6's parameters, honouring overrides.
 
         T = min(n, ⌊ε²n²/(d ln²(nd/δ))⌋) (at least 1); η = D/(L√T) in paper mode,
@@ -54,19 +59,30 @@ class FullGD(AveragedProjectedDescent):
         the mean gradient (the minimizer of Lemma B.4's D²/(2ηT) + η(L² + σ²)/2). The
         per-round budget always follows the T actually run, so an override of T keeps
         the run (ε, δ)-DP. `batch_size` does not apply (every user, every round).
+        D is `distance` when given.
         """
         n, d = n_users, problem.dim
         if rounds is None:
             rounds = max(1, min(n, math.floor(epsilon**2 * n**2 / (d * math.log(n * d / delta) ** 2))))
+        budget, folds = ((epsilon, delta), rounds) if accounting == "tight" else (
+            full_gd_round_budget(epsilon, delta, rounds), 1)
+        noise = protocol_mean_mse(protocol, accounting, n, d, *budget, problem.lipschitz, folds)
         if step_size is None:
-            lipschitz_g = problem.lipschitz
-            if parameters == "calibrated":
-                budget, folds = ((epsilon, delta), rounds) if accounting == "tight" else (
-                    full_gd_round_budget(epsilon, delta, rounds), 1)
-                noise = protocol_mean_mse(protocol, accounting, n, d, *budget, problem.lipschitz, folds)
-                lipschitz_g = math.sqrt(problem.lipschitz**2 + noise)
-            step_size = problem.diameter / (lipschitz_g * math.sqrt(rounds))
-        return cls(problem, n_users, epsilon, delta, rounds, step_size, accounting)
+            lipschitz_g = math.sqrt(problem.lipschitz**2 + noise) if parameters == "calibrated" else problem.lipschitz
+            step_size = (problem.diameter if distance is None else distance) / (lipschitz_g * math.sqrt(rounds))
+        return cls(problem, n_users, epsilon, delta, rounds, step_size, accounting, noise, distance)
+
+    def excess_bound(self) -> float:
+        """Lemma B.4 + Lemma B.5 (explicit): R²/(2ηT) + η(L² + σ²)/2 + L²Tη/n.
+
+        B.4 holds against any fixed comparator, θ* included, and is linear in
+        ‖θ_0 − θ*‖², so R may bound its root mean square; B.5 (uniform stability)
+        needs a β-smooth loss and η ≤ 2/β.
+        """
+        reach = self.problem.diameter if self.distance is None else self.distance
+        eta, rounds, lipschitz = self.step_size, self.rounds, self.problem.lipschitz
+        return (reach**2 / (2 * eta * rounds) + eta * (lipschitz**2 + self.gradient_noise) / 2
+                + lipschitz**2 * rounds * eta / self.n_users)
 
     def round_budget(self) -> tuple[float, float]:
         """(ε0, δ0) of every round in paper mode; the whole (ε, δ) in tight mode, shared by T calls."""
@@ -104,7 +120,7 @@ class FullGDSmoothed(FullGD):
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
                     step_size: float | None = None, accounting: str = "paper",
-                    parameters: str = "paper", protocol=None) -> "FullGDSmoothed":
+                    parameters: str = "paper", protocol=None, distance: float | None = None) -> "FullGDSmoothed":
         """Smooths the problem with Theorem 4.9's β, then resolves Lemma B.6's parameters on it.
 
         Raises:
@@ -112,8 +128,12 @@ class FullGDSmoothed(FullGD):
         """
         require_prox(problem, cls.name)
         n, d = n_users, problem.dim
-        beta = problem.lipschitz / problem.diameter * min(
+        beta = problem.lipschitz / (problem.diameter if distance is None else distance) * min(
             math.sqrt(n), epsilon * n / (math.sqrt(d) * math.log(n * d / delta) ** 1.5))
         inner = FullGD.from_config(MoreauSmoothed(problem, beta), n_users, epsilon, delta, rounds, batch_size,
-                                   step_size, accounting, parameters, protocol)
+                                   step_size, accounting, parameters, protocol, distance)
         return cls(**{field.name: getattr(inner, field.name) for field in dataclasses.fields(FullGD)})
+
+    def excess_bound(self) -> float:
+        """Lemmas B.4 + B.5 on the envelope plus the smoothing gap L²/(2β) (Lemma 4.6)."""
+        return super().excess_bound() + self.problem.unsmoothed.lipschitz**2 / (2 * self.problem.smoothness)

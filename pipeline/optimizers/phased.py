@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar, NamedTuple
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from pipeline.optimizers.base import Optimizer, RoundGroup, Schedule
 from pipeline.optimizers.full_gd import FullGD, FullGDSmoothed
 from pipeline.optimizers.seq_agd import PAPER, AcsaState, SeqAGD, SeqAGDSmoothed
 from pipeline.problems.base import Problem
+from pipeline.problems.smoothed import MoreauSmoothed
 
 
 class PhasedState(NamedTuple):
@@ -50,14 +51,48 @@ def _phases(name: str, theorem: str, problem: Problem, n_users: int, rounds, bat
     return count, n_users // count
 
 
+def _localized(build: Callable[[float], Any], loss: Problem, count: int) -> tuple:
+    """The phases in turn, each tuned for the distance its predecessor leaves.
+
+    λ-strong convexity gives ‖θ − θ*‖² ≤ 2(F(θ) − F*)/λ, so phase i + 1 starts
+    within R_{i+1} = min(D, √(2Δ_i/λ)) of θ* in root mean square, Δ_i being phase
+    i's excess-loss bound (`excess_bound`); the first starts within
+    R_1 = min(D, 2L/λ), since λr²/2 ≤ F(θ_0) − F* ≤ Lr (notes seed-000 §2.6).
+    Only step sizes, batch sizes and smoothing follow R_i: the projection stays
+    onto Θ, and the norm bound, hence the privacy, does not change.
+
+    Args:
+      build: the phase optimizer tuned for a distance R.
+      loss: the (unsmoothed) λ-strongly convex problem.
+      count: k.
+
+    Returns:
+      The k phase optimizers.
+    """
+    lam = loss.strong_convexity
+    reach = min(loss.diameter, 2 * loss.lipschitz / lam)
+    phases = []
+    for _ in range(count):
+        phases.append(build(reach))
+        reach = min(loss.diameter, math.sqrt(2 * phases[-1].excess_bound() / lam))
+    return tuple(phases)
+
+
+def _smoothing(phase) -> float:
+    """The β users smooth with in a phase: its envelope's, or 0 for a smooth loss."""
+    return phase.problem.smoothness if isinstance(phase.problem, MoreauSmoothed) else 0.0
+
+
 @dataclasses.dataclass(frozen=True)
 class SeqPhased(Optimizer):
     """Theorem 4.8: k phases on disjoint sets of n/k users, each running
     P_AGD (β-smooth losses) or smoothed P_AGD (non-smooth) from the previous phase's
     output; every user answers once, so the run is (ε, δ)-DP by parallel composition.
 
-    Every phase keeps the domain's diameter D (the notes' "fixed D" mode: the proof's
-    per-phase D_i ≤ √(2Δ_i/λ) depends on unknown constants, notes T19).
+    Phase i is tuned for the distance R_i its predecessor's Lemma 4.4 bound implies
+    (`_localized`): the proof's D_i ≤ √(2Δ_i/λ), with Lemma 4.4's unstated constant
+    taken as 1 (notes §2.6, T19). Non-smooth losses are re-smoothed every phase
+    (Theorem 4.7's β grows as R_i shrinks).
 
     Attributes:
       problem: a λ-strongly convex problem (the smoothed envelope, for non-smooth losses).
@@ -86,15 +121,17 @@ class SeqPhased(Optimizer):
         """
         count, share = _phases(cls.name, "Theorem 4.8", problem, n_users, rounds, batch_size, step_size)
         inner = SeqAGD if math.isfinite(problem.smoothness) else SeqAGDSmoothed
-        phases = tuple(inner.from_config(problem, share, epsilon, delta, accounting=accounting,
-                                         parameters=parameters, protocol=protocol) for _ in range(count))
+        phases = _localized(lambda reach: inner.from_config(problem, share, epsilon, delta, accounting=accounting,
+                                                            parameters=parameters, protocol=protocol,
+                                                            distance=reach), problem, count)
         return cls(phases[0].problem, n_users, epsilon, delta, phases)
 
     def schedule(self) -> Schedule:
         groups, first = [], 0
         for phase in self.phases:
             groups.append(RoundGroup(phase.rounds, phase.batch_size, first, phase.batch_size,
-                                     self.epsilon, self.delta, phase.problem.lipschitz))
+                                     self.epsilon, self.delta, phase.problem.lipschitz,
+                                     smoothing=_smoothing(phase)))
             first += phase.n_users  # the next phase's users are fresh (disjoint)
         return Schedule(SEQUENTIAL, tuple(groups))
 
@@ -120,7 +157,8 @@ class SeqPhased(Optimizer):
 
     def hyperparameters(self) -> dict[str, float | int]:
         return {"phases": len(self.phases), "phase_users": self.phases[0].n_users,
-                "batch_size": self.phases[0].batch_size, "rounds": sum(p.rounds for p in self.phases)}
+                "batch_size": self.phases[0].batch_size, "rounds": sum(p.rounds for p in self.phases),
+                "first_distance": self.phases[0].reach, "last_distance": self.phases[-1].reach}
 
 
 class FullPhasedState(NamedTuple):
@@ -137,7 +175,9 @@ class FullPhased(Optimizer):
     P_GD for non-smooth losses) in turn, each from the previous group's output and
     each at the full (ε, δ): the groups compose in parallel, each group's rounds by
     Lemma B.6 (paper) or RDP (tight). FKT20's group sizes are not in the seed (notes
-    §2.7, T19); equal groups, as `seq_phased`.
+    §2.7, T19); equal groups, as `seq_phased`. Group i's step size is tuned for
+    the distance R_i that Lemmas B.4 + B.5 (explicit) of group i − 1 imply
+    (`_localized`), and non-smooth losses are re-smoothed every group.
 
     Attributes:
       problem: a λ-strongly convex problem (the smoothed envelope, for non-smooth losses).
@@ -165,15 +205,16 @@ class FullPhased(Optimizer):
         """
         count, share = _phases(cls.name, "Theorem 4.9, Lemma B.7", problem, n_users, rounds, batch_size, step_size)
         inner = FullGD if math.isfinite(problem.smoothness) else FullGDSmoothed
-        phases = tuple(inner.from_config(problem, share, epsilon, delta, accounting=accounting,
-                                         parameters=parameters, protocol=protocol) for _ in range(count))
+        phases = _localized(lambda reach: inner.from_config(problem, share, epsilon, delta, accounting=accounting,
+                                                            parameters=parameters, protocol=protocol,
+                                                            distance=reach), problem, count)
         return cls(phases[0].problem, n_users, epsilon, delta, phases)
 
     def schedule(self) -> Schedule:
         groups, first = [], 0
         for phase in self.phases:
             (group,) = phase.schedule().groups
-            groups.append(dataclasses.replace(group, first_user=first))
+            groups.append(dataclasses.replace(group, first_user=first, smoothing=_smoothing(phase)))
             first += phase.n_users  # the next group's users are fresh (disjoint)
         return Schedule(PHASED, tuple(groups), slack=self.phases[0].schedule().slack)
 
@@ -199,4 +240,5 @@ class FullPhased(Optimizer):
 
     def hyperparameters(self) -> dict[str, float | int]:
         return {"phases": len(self.phases), "phase_users": self.phases[0].n_users,
-                "rounds": sum(p.rounds for p in self.phases), "step_size": self.phases[0].step_size}
+                "rounds": sum(p.rounds for p in self.phases), "step_size": self.phases[0].step_size,
+                "first_distance": self.phases[0].distance, "last_distance": self.phases[-1].distance}

@@ -18,6 +18,15 @@ PAPER, CALIBRATED = "paper", "calibrated"
 PARAMETER_MODES = (PAPER, CALIBRATED)
 
 
+def acsa_bound(smoothness: float, distance: float, sigma: float, rounds: int) -> float:
+    """Lemma 4.4 (Lan 2012, Thm 2) with its O-constant taken as 1: βR²/T² + Rσ/√T.
+
+    The seed gives no constant (notes §4.3); calibrated mode minimizes this shape
+    and the phased reduction sizes its next phase from it (notes §2.6's suggestion).
+    """
+    return smoothness * distance**2 / rounds**2 + distance * sigma / math.sqrt(rounds)
+
+
 class AcsaState(NamedTuple):
     """θ_t, θ^ag_t and t (rounds start at t = 1)."""
 
@@ -62,6 +71,8 @@ class SeqAGD(Optimizer):
       sigma: σ of the noisy gradient (oracle_std).
       accounting: "paper" or "tight" (how P_vec is calibrated).
       parameters: "paper" (the theorem's formulas) or "calibrated" (exact protocol variance, Lan's constants).
+      distance: R, the bound on ‖θ_1 − θ*‖ the parameters are tuned for (a phase of
+        `seq_phased`); None: the domain's diameter D. The projection is always onto Θ.
     """
 
     problem: Problem
@@ -73,19 +84,20 @@ class SeqAGD(Optimizer):
     sigma: float
     accounting: str = "paper"
     parameters: str = PAPER
+    distance: float | None = None
     name: ClassVar[str] = "seq_agd"
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
                     step_size: float | None = None, accounting: str = "paper",
-                    parameters: str = PAPER, protocol=None) -> "SeqAGD":
+                    parameters: str = PAPER, protocol=None, distance: float | None = None) -> "SeqAGD":
         """Resolves Theorem 4.3's parameters, honouring overrides.
 
         Paper mode: B = n^{3/5} d^{1/5} L^{2/5} ln^{2/5}(d/δ)/(ε^{2/5} β^{2/5} D^{2/5}),
         rounded up and clamped to [1, n] (notes T17). Calibrated mode: the B that
         minimizes Lemma 4.4's βD²/T² + Dσ(B)/√T with T = ⌊n/B⌋ and the protocol's
-        exact σ(B). T = ⌊n/B⌋.
+        exact σ(B). T = ⌊n/B⌋. D is `distance` when given.
 
         Raises:
           ConfigError: a non-smooth problem, a step size (AC-SA's follow L_t), or rounds × batch_size > n.
@@ -94,16 +106,16 @@ class SeqAGD(Optimizer):
             raise ConfigError("optimizer.step_size", step_size, f"does not apply to optimizer {cls.name} (L_t sets it)")
         if not math.isfinite(problem.smoothness):
             raise ConfigError("optimizer.name", cls.name, f"needs a smooth loss (Theorem 4.3); {problem.name} is not")
-        d, lipschitz, beta, diameter = problem.dim, problem.lipschitz, problem.smoothness, problem.diameter
+        d, lipschitz, beta = problem.dim, problem.lipschitz, problem.smoothness
+        reach = problem.diameter if distance is None else distance
         if batch_size is None:
             if parameters == PAPER:
                 batch_size = math.ceil(n_users**0.6 * d**0.2 * (lipschitz * math.log(d / delta)) ** 0.4
-                                       / (epsilon * beta * diameter) ** 0.4)
+                                       / (epsilon * beta * reach) ** 0.4)
             else:
                 def bound(size: int) -> float:
-                    steps = n_users // size
                     sigma = oracle_std(problem, size, n_users, epsilon, delta, accounting, parameters, protocol)
-                    return beta * diameter**2 / steps**2 + diameter * sigma / math.sqrt(steps)
+                    return acsa_bound(beta, reach, sigma, n_users // size)
                 batch_size = best_batch_size(n_users, bound)
             batch_size = min(max(1, batch_size), n_users)
         elif batch_size > n_users:
@@ -115,7 +127,16 @@ class SeqAGD(Optimizer):
                               f"rounds × batch_size ({batch_size}) must be ≤ n_users = {n_users}: "
                               "each user answers once (seed 000, Theorem 4.3)")
         sigma = oracle_std(problem, batch_size, n_users, epsilon, delta, accounting, parameters, protocol)
-        return cls(problem, n_users, epsilon, delta, batch_size, rounds, sigma, accounting, parameters)
+        return cls(problem, n_users, epsilon, delta, batch_size, rounds, sigma, accounting, parameters, distance)
+
+    @property
+    def reach(self) -> float:
+        """R, the distance the parameters are tuned for: `distance`, else D."""
+        return self.problem.diameter if self.distance is None else self.distance
+
+    def excess_bound(self) -> float:
+        """Lemma 4.4 at its printed order with the constant taken as 1: βR²/T² + Rσ/√T."""
+        return acsa_bound(self.problem.smoothness, self.reach, self.sigma, self.rounds)
 
     def schedule(self) -> Schedule:
         group = RoundGroup(self.rounds, self.batch_size, 0, self.batch_size,
@@ -124,7 +145,7 @@ class SeqAGD(Optimizer):
 
     def curvature(self, t: int) -> float:
         """L_t of round t (1-based): the inverse step size."""
-        growth = (self.rounds + 2) ** 1.5 * self.sigma / self.problem.diameter
+        growth = (self.rounds + 2) ** 1.5 * self.sigma / self.reach
         if self.parameters == PAPER:
             return (growth + self.problem.smoothness) / (t + 1)
         return 2.0 * max(4.0 * self.problem.smoothness, growth / math.sqrt(6.0)) / (t + 1)
@@ -152,11 +173,11 @@ class SeqAGD(Optimizer):
         return {"batch_size": self.batch_size, "rounds": self.rounds, "sigma": self.sigma}
 
 
-def smoothing_parameter(problem: Problem, n_users: int, epsilon: float, delta: float) -> float:
-    """β = ε^{2/3} n^{2/3} L/(d^{1/3} D ln^{2/3}(d/δ)), the proof of Theorem 4.7's choice."""
+def smoothing_parameter(problem: Problem, n_users: int, epsilon: float, delta: float, distance: float) -> float:
+    """β = ε^{2/3} n^{2/3} L/(d^{1/3} D ln^{2/3}(d/δ)), the proof of Theorem 4.7's choice (D = `distance`)."""
     d = problem.dim
     return (epsilon * n_users) ** (2 / 3) * problem.lipschitz / (
-        d ** (1 / 3) * problem.diameter * math.log(d / delta) ** (2 / 3))
+        d ** (1 / 3) * distance * math.log(d / delta) ** (2 / 3))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,31 +197,27 @@ class SeqAGDSmoothed(SeqAGD):
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
                     step_size: float | None = None, accounting: str = "paper",
-                    parameters: str = PAPER, protocol=None) -> "SeqAGDSmoothed":
+                    parameters: str = PAPER, protocol=None, distance: float | None = None) -> "SeqAGDSmoothed":
         """Smooths the problem, then resolves Theorem 4.3's parameters on the envelope.
 
         Raises:
           ConfigError: the problem has no closed-form prox, or the overrides break Theorem 4.3's rules.
         """
         require_prox(problem, cls.name)
-        paper_beta = smoothing_parameter(problem, n_users, epsilon, delta)
-        if parameters == PAPER:
-            betas = [paper_beta]
-        else:
-            betas = list(paper_beta * np.geomspace(1e-3, 1e3, 25))
+        paper_beta = smoothing_parameter(problem, n_users, epsilon, delta,
+                                         problem.diameter if distance is None else distance)
+        betas = [paper_beta] if parameters == PAPER else list(paper_beta * np.geomspace(1e-3, 1e3, 25))
 
-        def build(beta: float) -> SeqAGD:
-            return SeqAGD.from_config(MoreauSmoothed(problem, float(beta)), n_users, epsilon, delta, rounds,
-                                      batch_size, step_size, accounting, parameters, protocol)
+        def build(beta: float) -> "SeqAGDSmoothed":
+            inner = SeqAGD.from_config(MoreauSmoothed(problem, float(beta)), n_users, epsilon, delta, rounds,
+                                       batch_size, step_size, accounting, parameters, protocol, distance)
+            return cls(**{field.name: getattr(inner, field.name) for field in dataclasses.fields(SeqAGD)})
 
-        def bound(optimizer: SeqAGD) -> float:  # Lemma 4.4 with σ, plus the smoothing gap L²/(2β)
-            smooth = optimizer.problem
-            return (smooth.smoothness * smooth.diameter**2 / optimizer.rounds**2
-                    + smooth.diameter * optimizer.sigma / math.sqrt(optimizer.rounds)
-                    + problem.lipschitz**2 / (2 * smooth.smoothness))
+        return min((build(beta) for beta in betas), key=cls.excess_bound)
 
-        best = min((build(beta) for beta in betas), key=bound)
-        return cls(**{field.name: getattr(best, field.name) for field in dataclasses.fields(SeqAGD)})
+    def excess_bound(self) -> float:
+        """Lemma 4.4 on the envelope (constant 1) plus the smoothing gap L²/(2β) (Lemma 4.6)."""
+        return super().excess_bound() + self.problem.unsmoothed.lipschitz**2 / (2 * self.problem.smoothness)
 
     def theory_rate(self) -> float:
         return theory.seq_agd_smoothed_rate(self.problem, self.n_users, self.epsilon, self.delta)
