@@ -159,7 +159,7 @@ class SeqPhased(Optimizer):
     def hyperparameters(self) -> dict[str, float | int]:
         return {"phases": len(self.phases), "phase_users": self.phases[0].n_users,
                 "batch_size": self.phases[0].batch_size, "rounds": sum(p.rounds for p in self.phases),
-                "first_distance": self.phases[0].reach, "last_distance": self.phases[-1].reach}
+                "first_distance": self.phases[0].distance, "last_distance": self.phases[-1].distance}
 
 
 class FullPhasedState(NamedTuple):
