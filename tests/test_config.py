@@ -3,6 +3,7 @@ exit status 2, and nothing written."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -149,3 +150,10 @@ def test_missing_config_file(tmp_path, capsys):
 def test_numbers_written_like_1e_minus_6_are_accepted(tmp_path):
     (run,) = config.expand(config.read_config(_write(tmp_path, "privacy: {delta: 1e-6}\nn_users: 1e5\n")))
     assert run["privacy.delta"] == 1e-6 and run["n_users"] == 100_000
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "experiments").glob("*.yaml")),
+                         ids=lambda path: path.name)
+def test_every_shipped_experiment_config_is_valid(path):
+    runs = config.expand(config.read_config(path))
+    assert runs and len({r.run_id for r in runs}) == len(runs)
