@@ -2,9 +2,12 @@
 completed ones, execute the rest, and record them in MLflow and Parquet."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -314,6 +317,32 @@ def _progress(done: int, total: int, failed: int, elapsed: float) -> str:
     return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} ({failed} failed) elapsed {clock(elapsed)} ETA {clock(eta)}"
 
 
+@contextlib.contextmanager
+def _remembered_interrupt():
+    """Ctrl-C that is raised where Python swallows it (a finalizer or weakref
+    callback: "Exception ignored in …") still stops the grid: the handler also
+    remembers it, and the grid loop re-raises it at the next run boundary.
+
+    Yields:
+      A function that says whether an interrupt arrived (always False off the
+      main thread, where no handler can be installed).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    arrived = threading.Event()
+
+    def handler(signum, frame):
+        arrived.set()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield arrived.is_set
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridSummary:
     """Plans every run, then executes those not yet finished.
 
@@ -355,31 +384,34 @@ def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridS
     began = time.perf_counter()
     queue = list(todo)
     try:
-        while queue or executor.in_flight():
-            while queue and executor.in_flight() < executor.capacity():
-                item = queue.pop(0)
-                started[item.config.run_id] = (item, start_run(item, tracker), time.perf_counter())
-                executor.submit(item.config.run_id, item.job, item.config["execution.shards"])
-            run_id, outcome = executor.next_done()
-            item, mlflow_run_id, run_began = started[run_id]  # in flight until recorded or failed
-            wall_s = time.perf_counter() - run_began
-            try:
-                if isinstance(outcome, BaseException):
-                    raise outcome
-                _, records, wall_s = outcome
-                row = record_run(item, records, wall_s, mlflow_run_id, tracker, store)
-                del started[run_id]
-                summary.finished.append(row)
-                note = f"{run_id} {item.config['optimizer.name']} n={item.config['n_users']} " \
-                       f"eps={item.config['privacy.epsilon']:g} {item.config['privacy.accounting']}: " \
-                       f"excess loss {row['final_excess_loss']:.4g}"
-            except Exception as err:  # one failing run does not stop the grid
-                del started[run_id]
-                fail_run(item, wall_s, mlflow_run_id, tracker, store)
-                summary.failed.append((run_id, f"{type(err).__name__}: {err}"))
-                note = f"{run_id} FAILED: {type(err).__name__}: {err}"
-            completed = len(summary.finished) + len(summary.failed)
-            say(f"{_progress(completed, len(todo), len(summary.failed), time.perf_counter() - began)}  {note}")
+        with _remembered_interrupt() as interrupted:
+            while queue or executor.in_flight():
+                while queue and executor.in_flight() < executor.capacity():
+                    item = queue.pop(0)
+                    started[item.config.run_id] = (item, start_run(item, tracker), time.perf_counter())
+                    executor.submit(item.config.run_id, item.job, item.config["execution.shards"])
+                run_id, outcome = executor.next_done()
+                item, mlflow_run_id, run_began = started[run_id]  # in flight until recorded or failed
+                wall_s = time.perf_counter() - run_began
+                try:
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                    _, records, wall_s = outcome
+                    row = record_run(item, records, wall_s, mlflow_run_id, tracker, store)
+                    del started[run_id]
+                    summary.finished.append(row)
+                    note = f"{run_id} {item.config['optimizer.name']} n={item.config['n_users']} " \
+                           f"eps={item.config['privacy.epsilon']:g} {item.config['privacy.accounting']}: " \
+                           f"excess loss {row['final_excess_loss']:.4g}"
+                except Exception as err:  # one failing run does not stop the grid
+                    del started[run_id]
+                    fail_run(item, wall_s, mlflow_run_id, tracker, store)
+                    summary.failed.append((run_id, f"{type(err).__name__}: {err}"))
+                    note = f"{run_id} FAILED: {type(err).__name__}: {err}"
+                completed = len(summary.finished) + len(summary.failed)
+                say(f"{_progress(completed, len(todo), len(summary.failed), time.perf_counter() - began)}  {note}")
+                if interrupted():  # a Ctrl-C swallowed during the run stops the grid here
+                    raise KeyboardInterrupt
     except BaseException:
         executor.cancel()
         for item, mlflow_run_id, run_began in started.values():

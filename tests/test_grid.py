@@ -10,9 +10,10 @@ import textwrap
 import time
 
 import pandas as pd
+import pytest
 from mlflow.tracking import MlflowClient
 
-from pipeline import cli
+from pipeline import cli, config, engine, runner
 
 GRID = """
 experiment: grid
@@ -80,3 +81,26 @@ def test_an_interrupted_grid_resumes_without_duplicates(tmp_path):
     mlflow_runs = client.search_runs([experiment.experiment_id], max_results=1000)
     assert len(mlflow_runs) == 12 and {r.info.status for r in mlflow_runs} == {"FINISHED"}
     assert sorted(r.data.tags["run_id"] for r in mlflow_runs) == sorted(runs["run_id"])
+
+
+def test_an_interrupt_swallowed_during_a_run_still_stops_the_grid(tmp_path, monkeypatch):
+    """Python drops a KeyboardInterrupt raised inside a finalizer ("Exception ignored
+    in …"); the grid must still stop at the next run boundary, not run to the end."""
+    path = _config(tmp_path, GRID.replace("backend: ray", "backend: local"))
+    runs = config.expand(config.read_config(path, [f"tracking.out={tmp_path / 'out'}",
+                                                   f"tracking.mlflow_uri=sqlite:///{tmp_path / 'mlflow.db'}"]))
+    execute = engine.execute
+
+    def swallowing(job, backend, shards):
+        try:
+            signal.raise_signal(signal.SIGINT)  # Ctrl-C lands where something ignores it
+        except KeyboardInterrupt:
+            pass
+        return execute(job, backend, shards)
+
+    monkeypatch.setattr(engine, "execute", swallowing)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_grid(runs, say=lambda line: None)
+    recorded = pd.read_parquet(tmp_path / "out" / "runs.parquet")
+    assert list(recorded["status"]) == ["finished"] and len(runs) == 8
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
