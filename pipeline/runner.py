@@ -325,9 +325,11 @@ def _remembered_interrupt():
 
     Yields:
       A function that says whether an interrupt arrived (always False off the
-      main thread, where no handler can be installed).
+      main thread, where no handler can be installed, and where SIGINT is
+      ignored, as in a background job: that choice is kept).
     """
-    if threading.current_thread() is not threading.main_thread():
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
         yield lambda: False
         return
     arrived = threading.Event()

@@ -57,7 +57,9 @@ def test_an_interrupted_grid_resumes_without_duplicates(tmp_path):
                "--set", f"tracking.mlflow_uri={uri}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # progress lines arrive as they are printed
     with open(tmp_path / "stderr.txt", "w") as stderr:
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=tmp_path, env=env)
+        # Ctrl-C's default action in the child even if this test runs as a background job (SIGINT ignored).
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=tmp_path, env=env,
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         for line in child.stdout:  # wait until some runs are recorded, then Ctrl-C
             if " 2/12 " in line:
                 break
@@ -99,8 +101,12 @@ def test_an_interrupt_swallowed_during_a_run_still_stops_the_grid(tmp_path, monk
         return execute(job, backend, shards)
 
     monkeypatch.setattr(engine, "execute", swallowing)
-    with pytest.raises(KeyboardInterrupt):
-        runner.run_grid(runs, say=lambda line: None)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run_grid(runs, say=lambda line: None)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
+    finally:
+        signal.signal(signal.SIGINT, previous)
     recorded = pd.read_parquet(tmp_path / "out" / "runs.parquet")
     assert list(recorded["status"]) == ["finished"] and len(runs) == 8
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
