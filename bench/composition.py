@@ -1,8 +1,7 @@
 """Composing per-round curves (RDP) or loss distributions (PLD) vs per-round (ε, δ) + advanced composition."""
 from __future__ import annotations
 
-import time
-
+from bench.timing import best_times, sized
 from pipeline.accounting import shuffle_ldp
 
 USERS = 1_000_000
@@ -10,30 +9,35 @@ EPS0 = 0.5
 DELTA = 1e-8
 
 
-def _timed(function):
-    began = time.perf_counter()
-    value = function()
-    return value, time.perf_counter() - began
-
-
-def _compare(rounds: int) -> dict[str, float]:
-    rdp, rdp_s = _timed(lambda: shuffle_ldp.shuffle_ldp_epsilon(USERS, EPS0, DELTA, rounds, "rdp")["epsilon"])
-    pld, pld_s = _timed(lambda: shuffle_ldp.fmt22_epsilon(USERS, EPS0, DELTA, rounds)["epsilon"])
-    ctd, ctd_s = _timed(lambda: shuffle_ldp.fmt22_epsilon(USERS, EPS0, DELTA, rounds, connect_dots=True)["epsilon"])
-
+def _compare(rounds: int, repeats: int, names=("rdp", "pld", "ctd", "kov", "drv")) -> dict[str, float]:
+    """ε of each method, and its time: every method timed the same way, interleaved, best of `repeats`
+    (no accountant here caches between calls, so every repetition does the whole work)."""
     def advanced(method: str) -> float:
         # The tightest per-round (ε1, δ1) available — FMT22's numerical bound, read off the
         # single-round PLD — then composed as (ε1, δ1) guarantees with the δ split optimized.
         one_round = shuffle_ldp.fmt22_pld(USERS, EPS0, 1e-6, connect_dots=True)
         return shuffle_ldp.compose_approximate_dp(one_round.get_epsilon_for_delta, rounds, DELTA, method)["epsilon"]
 
-    kov, kov_s = _timed(lambda: advanced("kov"))
-    drv, drv_s = _timed(lambda: advanced("drv"))
-    return {"rdp": rdp, "rdp_s": rdp_s, "pld": pld, "pld_s": pld_s, "ctd": ctd, "ctd_s": ctd_s,
-            "kov": kov, "kov_s": kov_s, "drv": drv, "drv_s": drv_s}
+    methods = {
+        "rdp": lambda: shuffle_ldp.shuffle_ldp_epsilon(USERS, EPS0, DELTA, rounds, "rdp")["epsilon"],
+        "pld": lambda: shuffle_ldp.fmt22_epsilon(USERS, EPS0, DELTA, rounds)["epsilon"],
+        "ctd": lambda: shuffle_ldp.fmt22_epsilon(USERS, EPS0, DELTA, rounds, connect_dots=True)["epsilon"],
+        "kov": lambda: advanced("kov"),
+        "drv": lambda: advanced("drv"),
+    }
+    figures: dict[str, float] = {}
+
+    def keeping(name):
+        def call():
+            figures[name] = methods[name]()  # the same value every repetition
+        return call
+
+    for name, seconds in best_times({name: keeping(name) for name in names}, repeats).items():
+        figures[f"{name}_s"] = seconds
+    return figures
 
 
-def run(full: bool) -> dict[str, float]:
+def run(size: str = "quick") -> dict[str, float]:
     """ε and time of composing T shuffle rounds (n = 1e6, ε0 = 0.5, δ = 1e-8) three ways.
 
     RDP: Girgis's per-round curve added T times, converted once. PLD: FMT22's dominating
@@ -43,13 +47,15 @@ def run(full: bool) -> dict[str, float]:
     run (T = 10) shows the regime where per-round conversion is competitive.
 
     Args:
-      full: T = 1e5 (the thesis's Fig. 5.4 regime) instead of 1e4.
+      size: one of bench.timing.SIZES; full: T = 1e5 (the thesis's Fig. 5.4 regime)
+        instead of 1e4; smoke: T = 10.
 
     Returns:
       name → value.
     """
-    rounds = 100_000 if full else 10_000
-    big, small = _compare(rounds), _compare(10)
+    rounds = sized(size, 10, 10_000, 100_000)
+    big = _compare(rounds, sized(size, 1, 3, 3))
+    small = big if rounds == 10 else _compare(10, 1, ("rdp", "pld", "kov"))
     return {
         "composition_rounds": float(rounds),
         "composition_eps_rdp": big["rdp"],

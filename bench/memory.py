@@ -4,8 +4,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+from bench.timing import full_gd_tree, planned_run, sized
 
 DIM = 10
+ROOT = Path(__file__).resolve().parent.parent  # the subprocesses import bench and pipeline from here
 
 # Peak resident memory of this address space (VmHWM, kB). Unlike ru_maxrss,
 # which Linux carries across exec from a large parent, it starts afresh.
@@ -13,56 +17,61 @@ _PEAK_KB = "int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM
 
 _SHARD = """
 import numpy as np
-from pipeline.engine import RunJob
+import pipeline.runner  # imported before the baseline is read, as in the n = 0 run
+from bench.timing import full_gd_tree, planned_run
 from pipeline.engine.local import LocalPool
-from pipeline.optimizers import FullGD
-from pipeline.problems import Quadratic
-from pipeline.protocols import CjmpVec
-from pipeline.protocols.cjmp import plan_pvec
 before = {peak}
 n = {n}
 if n:
-    problem = Quadratic(dim={dim}, radius=1.0)
-    optimizer = FullGD.from_config(problem, n, 1.0, 1e-6, rounds=1)
-    pool = LocalPool(RunJob(problem, optimizer, CjmpVec(), 0, n, 65536), 1)
-    plan = optimizer.schedule().plan(0)
-    pool.collect(plan, plan_pvec(n, {dim}, plan.epsilon, plan.delta, plan.norm_bound), np.zeros({dim}))
+    job = planned_run(full_gd_tree(n, {dim}, rounds=1)).job
+    pool = LocalPool(job, 1)
+    plan = job.schedule.plan(0)
+    pool.collect(plan, job.protocol.plan(plan, {dim}), np.zeros({dim}))
 print({peak} - before)
 """
 
-_LARGEST = """
-import logging, os, ray
-from pipeline import engine
-from pipeline.optimizers import MeanEstimation
-from pipeline.problems import Quadratic
-from pipeline.protocols import CjmpVec
-ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.ERROR)
-problem = Quadratic(dim={dim}, radius=1.0)
-job = engine.RunJob(problem, MeanEstimation.from_config(problem, {n}, 1.0, 1e-6), CjmpVec(), 0, {n}, 65536)
-_, records = engine.execute(job, "ray", os.cpu_count())
-print(records[-1].excess_loss)
-"""
+def largest_run(n_users: int, backend: str) -> float:
+    """A mean estimate over n_users users (d = DIM) on all cores; its excess loss."""
+    import logging
+    import os
+
+    from pipeline import engine
+
+    if backend == "ray":
+        import ray
+
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.ERROR)
+    tree = full_gd_tree(n_users, DIM, rounds=1)
+    tree["optimizer"] = {"name": "mean_estimation"}
+    _, records = engine.execute(planned_run(tree).job, backend, os.cpu_count())
+    return records[-1].excess_loss
 
 
 def _python(code: str) -> str:
-    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                          cwd=ROOT).stdout.strip()
 
 
-def run(full: bool) -> dict[str, float]:
+def run(size: str = "quick") -> dict[str, float]:
     """Peak memory of one shard per user, and the largest mean estimate run.
 
     Args:
-      full: the 1e8-user target run instead of 1e7.
+      size: one of bench.timing.SIZES; full runs the 1e8-user target instead
+        of 1e7 on Ray (smoke: 1e5 users, in this process).
 
     Returns:
       name → value.
     """
-    n_users = 2_000_000
-    baseline_kb = float(_python(_SHARD.format(n=0, dim=DIM, peak=_PEAK_KB)))
+    n_users = sized(size, 200_000, 2_000_000, 2_000_000)
+    # The same script without the shard: what the peak gains by itself (0 up to noise; skipped in smoke).
+    baseline_kb = 0.0 if size == "smoke" else float(_python(_SHARD.format(n=0, dim=DIM, peak=_PEAK_KB)))
     shard_kb = float(_python(_SHARD.format(n=n_users, dim=DIM, peak=_PEAK_KB)))
-    largest = 100_000_000 if full else 10_000_000
+    largest = sized(size, 100_000, 10_000_000, 100_000_000)
     began = time.perf_counter()
-    _python(_LARGEST.format(n=largest, dim=DIM))
+    if size == "smoke":  # in this process: the run's code, without another interpreter's start
+        largest_run(largest, "local")
+    else:
+        _python(f"from bench.memory import largest_run; print(largest_run({largest}, 'ray'))")
     return {
         "shard_bytes_per_user": (shard_kb - baseline_kb) * 1024 / n_users,
         "shard_bytes_per_user_data": 8.0 * DIM,

@@ -3,34 +3,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.timing import best_times
-from pipeline.engine import RunJob
+from bench.timing import best_times, full_gd_tree, planned_run, sized
 from pipeline.engine.local import LocalPool
-from pipeline.optimizers import FullGD
-from pipeline.problems import Quadratic
-from pipeline.protocols import CjmpVec
-from pipeline.protocols.cjmp import plan_pvec
 
 DIM = 10
 
 
 def _one_round(n_users: int):
-    """A one-shard pool of a fully interactive job, and a function running one round."""
-    problem = Quadratic(dim=DIM, radius=1.0)
-    optimizer = FullGD.from_config(problem, n_users, 1.0, 1e-6, rounds=1)
-    pool = LocalPool(RunJob(problem, optimizer, CjmpVec(), 0, n_users, 65536), 1)
-    plan = optimizer.schedule().plan(0)
-    params = plan_pvec(plan.users, DIM, plan.epsilon, plan.delta, plan.norm_bound)
+    """A one-shard pool of a fully interactive job (planned by the runner), and a function running one round."""
+    job = planned_run(full_gd_tree(n_users, DIM, rounds=1)).job
+    pool = LocalPool(job, 1)
+    plan = job.schedule.plan(0)
+    params = job.protocol.plan(plan, DIM)
     theta = np.full(DIM, 0.1)
-    return pool, lambda: pool.collect(plan, params, theta), params, theta
+    return job, lambda: pool.collect(plan, params, theta), params, theta
 
 
-def _naive_round(problem: Quadratic, data: np.ndarray, params, theta: np.ndarray, rng: np.random.Generator) -> None:
+def _naive_round(data: np.ndarray, params, theta: np.ndarray, rng: np.random.Generator) -> None:
     """A straightforward per-user implementation: gradient, clip, rounding and
     one binomial per user and coordinate (what DESIGN §4 tells us to avoid)."""
     total = np.zeros(DIM)
     for x in data.T:
-        gradient = theta - x
+        gradient = theta - x  # the quadratic's gradient
         norm = np.linalg.norm(gradient)
         if norm > params.norm_bound:
             gradient *= params.norm_bound / norm
@@ -39,34 +33,33 @@ def _naive_round(problem: Quadratic, data: np.ndarray, params, theta: np.ndarray
         total += floor + (rng.random(DIM) < scaled - floor) + rng.binomial(params.b_noise, params.p, DIM)
 
 
-def run(full: bool) -> dict[str, float]:
-    """Round throughput figures.
+def run(size: str = "quick") -> dict[str, float]:
+    """Round throughput figures; the round, the RNG ceiling and the per-user loop are timed interleaved.
 
     Args:
-      full: larger sizes.
+      size: one of bench.timing.SIZES.
 
     Returns:
       name → value.
     """
-    n_users = 10_000_000 if full else 2_000_000
-    _, one_round, params, theta = _one_round(n_users)
+    n_users = sized(size, 20_000, 2_000_000, 10_000_000)
+    job, one_round, params, theta = _one_round(n_users)
     uniforms = np.empty(1 << 15)
-    chunks = n_users * DIM // uniforms.size
+    chunks = max(1, n_users * DIM // uniforms.size)
     rng = np.random.default_rng(0)
 
     def rng_ceiling():
         for _ in range(chunks):
             rng.random(out=uniforms)
 
-    times = best_times({"round": one_round, "rng": rng_ceiling}, repeats=5)
+    naive_users = sized(size, 200, 5_000, 5_000)
+    data = job.problem.sample(np.random.default_rng(1), naive_users)
+    times = best_times({"round": one_round, "rng": rng_ceiling,
+                        "naive": lambda: _naive_round(data, params, theta, rng)},
+                       repeats=sized(size, 1, 5, 5))
     per_round_uc = n_users * DIM / times["round"]
     per_rng_uc = chunks * uniforms.size / times["rng"]
-
-    naive_users = 5_000
-    problem = Quadratic(dim=DIM, radius=1.0)
-    data = problem.sample(np.random.default_rng(1), naive_users)
-    naive = best_times({"naive": lambda: _naive_round(problem, data, params, theta, rng)}, repeats=2)["naive"]
-    per_naive_uc = naive_users * DIM / naive
+    per_naive_uc = naive_users * DIM / times["naive"]
     return {
         "round_user_coords_per_s": per_round_uc,
         "rng_uniforms_per_s": per_rng_uc,

@@ -7,15 +7,12 @@ import os
 import time
 
 import numpy as np
-import ray
 
-from bench.timing import best_times
+from bench.timing import best_times, best_values, full_gd_tree, planned_run, sized
 from pipeline.engine import RunJob
-from pipeline.engine.ray_pool import RayPool
+from pipeline.engine.local import LocalPool
+from pipeline.engine.rounds import execute_rounds
 from pipeline.engine.shard import Shard
-from pipeline.optimizers import FullGD, SeqSGD
-from pipeline.problems import Quadratic
-from pipeline.protocols import CjmpVec
 
 DIM = 10
 
@@ -39,17 +36,41 @@ def _process_wall(job: RunJob, processes: int) -> float:
     """Wall time of the job's rounds split over plain processes (no Ray)."""
     layout = job.layout
     context = multiprocessing.get_context("fork")
-    barrier = context.Manager().Barrier(processes)
-    with context.Pool(processes) as workers:
-        spans = workers.map(_process_rounds, [(job, a, b, barrier) for a, b in layout.shard_blocks(processes)])
+    with context.Manager() as manager:
+        barrier = manager.Barrier(processes)
+        workers = context.Pool(processes)
+        try:
+            spans = workers.map(_process_rounds, [(job, a, b, barrier) for a, b in layout.shard_blocks(processes)])
+        finally:
+            # Let the workers exit by themselves: a forked copy of a Ray driver reports a SIGTERM loudly.
+            workers.close()
+            workers.join()
     return max(end for _, end in spans) - min(start for start, _ in spans)
 
 
-def run(full: bool) -> dict[str, float]:
+def _pool_class(size: str):
+    """RayPool (Ray started here if it is not), or LocalPool for smoke (see run)."""
+    if size == "smoke":
+        return LocalPool
+    import ray
+
+    from pipeline.engine.ray_pool import RayPool
+
+    if not ray.is_initialized():
+        # Two pools stay alive for interleaved timing but only one computes at
+        # a time: declare twice the cores so both can be scheduled, one CPU
+        # per actor.
+        ray.init(num_cpus=2 * (os.cpu_count() or 1), include_dashboard=False, logging_level=logging.ERROR)
+    return RayPool
+
+
+def run(size: str = "quick") -> dict[str, float]:
     """ray_speedup_N: wall time of R rounds with 1 actor over N actors.
 
     Args:
-      full: larger sizes and every N up to the core count.
+      size: one of bench.timing.SIZES; full: larger sizes and every N up to the core count.
+        Smoke runs everything on in-process shards (the same pool interface): starting a Ray
+        cluster and its actors takes longer than every other smoke benchmark together.
 
     Returns:
       name → value.
@@ -58,42 +79,50 @@ def run(full: bool) -> dict[str, float]:
     # Two pools hold the data at once (8·d bytes per user each); keep them
     # within half the machine's memory.
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    n_users = min(100_000_000, int(memory / 2 / (2 * 8 * DIM))) if full else 4_000_000
-    rounds = 3
-    counts = [n for n in (2, 4, 8, 16, 32) if n <= cores] if full else [min(2, cores)]
-    if not ray.is_initialized():
-        # Two pools stay alive for interleaved timing but only one computes at
-        # a time: declare twice the cores so both can be scheduled, one CPU
-        # per actor.
-        ray.init(num_cpus=2 * cores, include_dashboard=False, logging_level=logging.ERROR)
-    problem = Quadratic(dim=DIM, radius=1.0)
-    optimizer = FullGD.from_config(problem, n_users, 1.0, 1e-6, rounds=rounds)
-    job = RunJob(problem, optimizer, CjmpVec(), 0, n_users, 65536)
+    n_users = sized(size, 70_000, 4_000_000, min(100_000_000, int(memory / 2 / (2 * 8 * DIM))))
+    rounds = sized(size, 1, 3, 3)
+    repeats = sized(size, 1, 4, 4)
+    counts = [n for n in (2, 4, 8, 16, 32) if n <= cores] if size == "full" else [min(2, cores)]
+    pool_class = _pool_class(size)
+    job = planned_run(full_gd_tree(n_users, DIM, rounds)).job
     figures = {}
-    single = RayPool(job, 1)
+    single = pool_class(job, 1)
     for count in counts:
-        many = RayPool(job, count)
-        times = best_times({"one": single.run, "many": many.run}, repeats=4)
+        many = pool_class(job, count)
+        times = best_times({"one": single.run, "many": many.run}, repeats=repeats)
         figures[f"ray_speedup_{count}"] = times["one"] / times["many"]
-        # The machine's own ceiling for this work: plain processes, no Ray.
-        figures[f"process_speedup_{count}"] = min(_process_wall(job, 1) for _ in range(2)) / min(
-            _process_wall(job, count) for _ in range(2))
+        # The machine's own ceiling for this work: plain processes, no Ray (interleaved, best of 2).
+        walls = best_values({"one": lambda: _process_wall(job, 1), "many": lambda: _process_wall(job, count)},
+                            repeats=sized(size, 1, 2, 2))
+        figures[f"process_speedup_{count}"] = walls["one"] / walls["many"]
         figures[f"ray_round_user_coords_per_s_{count}"] = n_users * DIM * rounds / times["many"]
         many.close()
     single.close()
     figures["ray_work_user_coords_per_round"] = float(n_users * DIM)
-    figures.update(_sequential_carry(problem))
+    figures.update(_sequential_carry(size))
     return figures
 
 
-def _sequential_carry(problem: Quadratic) -> dict[str, float]:
-    """seq_carry_vs_fanout: many small sequential rounds run on the actor that
-    holds their users, against one driver round trip per round."""
+def _sequential_carry(size: str) -> dict[str, float]:
+    """seq_carry_vs_fanout: the same small sequential rounds run on the actor that
+    holds their users (one call for all of them), against one driver round trip
+    per round (the pool's collect, as for a round that spans shards). Both sides
+    run the first k rounds from the same start, interleaved, best of N."""
     n_users = 100_000
-    optimizer = SeqSGD.from_config(problem, n_users, 1.0, 1e-6)
-    pool = RayPool(RunJob(problem, optimizer, CjmpVec(), 0, n_users, 65536), 2)
-    carried = best_times({"carry": pool.run}, repeats=2)["carry"]
-    pool.owner = lambda plan: None  # force every round through the driver
-    fanned = best_times({"fan-out": pool.run}, repeats=1)["fan-out"]
+    tree = full_gd_tree(n_users, DIM, rounds=1, shards=2, backend="ray")
+    tree["optimizer"] = {"name": "seq_sgd"}
+    job = planned_run(tree).job
+    pool = _pool_class(size)(job, 2)
+    schedule = job.schedule
+    owner = pool.owner(schedule.plan(0))
+    # The first k rounds, all on the first round's shard.
+    k = 1
+    while k < min(schedule.rounds, sized(size, 20, 300, 900)) and pool.owner(schedule.plan(k)) == owner:
+        k += 1
+    start = job.optimizer.start(job.seed)
+    times = best_times({"carry": lambda: pool.run_rounds(owner, start, 0, k),
+                        "fan-out": lambda: execute_rounds(job, start, 0, k, pool.collect)},
+                       repeats=sized(size, 1, 3, 5))
     pool.close()
-    return {"seq_carry_vs_fanout": fanned / carried, "seq_round_us_carried": carried / optimizer.rounds * 1e6}
+    return {"seq_carry_vs_fanout": times["fan-out"] / times["carry"], "seq_carry_rounds": float(k),
+            "seq_round_us_carried": times["carry"] / k * 1e6}

@@ -1,11 +1,13 @@
 """Tracking overhead: the share of a run's wall time spent in MLflow and Parquet."""
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
 
-from pipeline import config, runner
+from bench.timing import planned_run, sized
+from pipeline import runner
 from pipeline.tracking import MlflowTracker, ParquetStore
 
 
@@ -28,7 +30,7 @@ class _Timed:
         return timed
 
 
-def run(full: bool) -> dict[str, float]:
+def run(size: str = "quick") -> dict[str, float]:
     """tracking_overhead for a sequential run (many rounds) and a one-round run.
 
     One store serves a warm-up run first (a new store's first writes pay for
@@ -36,14 +38,16 @@ def run(full: bool) -> dict[str, float]:
     SQLite commit latency on shared disks varies several-fold between runs.
 
     Args:
-      full: more users.
+      size: one of bench.timing.SIZES (users: 1e4, 1e6, 1e7).
 
     Returns:
       name → value.
     """
-    n_users = 10_000_000 if full else 1_000_000
+    n_users = sized(size, 10_000, 1_000_000, 10_000_000)
     figures = {}
-    with tempfile.TemporaryDirectory() as folder:
+    # Smoke measures nothing: its store goes to memory where it can, sparing the disk's commit latency.
+    memory = "/dev/shm" if size == "smoke" and os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(dir=memory) as folder:
         root = Path(folder)
         uri = f"sqlite:///{root / 'mlflow.db'}"
         tracker = _Timed(MlflowTracker(uri, "bench"))
@@ -53,17 +57,17 @@ def run(full: bool) -> dict[str, float]:
             tree = {"experiment": "bench", "n_users": users, "optimizer": {"name": name}, "seeds": [seed],
                     "execution": {"backend": "local", "shards": 1},
                     "tracking": {"mlflow_uri": uri, "out": str(root / "out")}}
-            (run_config,) = config.expand(tree)
-            planned = runner.plan_run(run_config)
+            planned = planned_run(tree)
             tracker.seconds = store.seconds = 0.0
             began = time.perf_counter()
-            runner.execute_run(planned, tracker, store)
+            runner.execute_run(planned, tracker, store)  # what `run` does for each grid point
             total = time.perf_counter() - began
             return (tracker.seconds + store.seconds) / total, planned.job.schedule.rounds
 
-        share("mean_estimation", 10_000, 0)  # warm-up
+        if size != "smoke":
+            share("mean_estimation", 10_000, 0)  # warm-up
         for name in ("seq_sgd", "mean_estimation"):
-            shares = [share(name, n_users, seed) for seed in (1, 2)]
+            shares = [share(name, n_users, seed) for seed in sized(size, (1,), (1, 2), (1, 2))]
             figures[f"tracking_overhead_{name}"] = min(value for value, _ in shares)
             figures[f"rounds_{name}"] = float(shares[0][1])
     return figures

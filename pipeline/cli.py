@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline import calculator, config
+from pipeline import calculator  # light: the heavy modules load in the command that needs them
 from pipeline.errors import ConfigError
 
 EXIT_OK, EXIT_RUNS_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pipeline import runner
+    from pipeline import config, runner
     from pipeline.tracking import ui_command
 
     overrides = list(args.overrides) + ([f"tracking.out={args.out}"] if args.out else [])
@@ -61,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _ledger(args: argparse.Namespace) -> int:
-    from pipeline import runner
+    from pipeline import config, runner
 
     runs = config.expand(config.read_config(args.config, args.overrides))
     print(json.dumps(runner.planned_ledgers(runs), indent=2, ensure_ascii=False))
@@ -82,14 +82,14 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from pipeline import audit, runner
+    from pipeline import audit, config, runner
 
     if args.trials < 100:
         raise ConfigError("--trials", args.trials, "must be an integer ≥ 100")
     planned = runner.plan_run(config.expand(config.read_config(args.config, args.overrides))[0])
-    if planned.config["privacy.protocol"] != "cjmp_vec":
+    if not planned.job.protocol.supports_audit:
         raise ConfigError("privacy.protocol", planned.config["privacy.protocol"],
-                          "the audit attacks P_vec calls only: use cjmp_vec")
+                          "the audit attacks P_vec calls only: use a protocol that supports_audit (cjmp_vec)")
     event = planned.ledger.to_dict()["events"][0]
     plan = planned.job.schedule.plan(0)
     params = planned.job.protocol.plan(plan, planned.job.problem.dim)

@@ -17,22 +17,23 @@ from typing import Any, Callable
 
 import yaml
 
+from pipeline import plugins
 from pipeline.accounting.ledger import ACCOUNTING_MODES
 from pipeline.engine import BACKENDS, SIMULATIONS
 from pipeline.errors import ConfigError
-from pipeline.optimizers import OPTIMIZERS, PARAMETER_MODES
-from pipeline.problems import PROBLEMS
-from pipeline.protocols import PROTOCOLS
+from pipeline.optimizers import PARAMETER_MODES
+from pipeline.options import choice as _choice
+from pipeline.options import integer as _integer
+from pipeline.options import real as _real
+from pipeline.options import text as _text
+from pipeline.protocols import DEFAULT_PROTOCOL
+from pipeline.protocols.base import PRIVACY_MODELS
 
 SHUFFLE = "shuffle"
-PRIVACY_MODELS = ("shuffle", "central", "local", "none")
-PROTOCOL_NAMES = tuple(PROTOCOLS)
-# The protocol a privacy model runs when the config names the model only.
-DEFAULT_PROTOCOL = {"shuffle": "cjmp_vec", "central": "central_gaussian", "local": "local_l2", "none": "none"}
 ROUND_METRICS = ("all", "final")
-DP_SGD_SAMPLINGS = ("poisson", "shuffled")
-PROBLEM_NAMES = tuple(PROBLEMS)
-OPTIMIZER_NAMES = tuple(OPTIMIZERS)
+# Sections whose plug-in class declares further options (section.option), and the field naming the class.
+PLUGIN_SECTIONS = {"problem": ("problem", "problem.name"), "optimizer": ("optimizer", "optimizer.name"),
+                   "privacy": ("protocol", "privacy.protocol")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,87 +50,86 @@ class Field:
     default: Any = None
 
 
-def _integer(minimum: int, maximum: int | None = None) -> Callable[[Any], int]:
-    def parse(value: Any) -> int:
-        rule = f"must be an integer ≥ {minimum}" + (f" and ≤ {maximum}" if maximum is not None else "")
-        if isinstance(value, bool):
-            raise ValueError(rule)
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                raise ValueError(rule) from None
-        if isinstance(value, float):
-            if not (math.isfinite(value) and value.is_integer()):
-                raise ValueError(rule)
-            value = int(value)
-        if not isinstance(value, int) or value < minimum or (maximum is not None and value > maximum):
-            raise ValueError(rule)
-        return value
-
-    return parse
-
-
-def _real(low: float, high: float, low_open: bool, high_open: bool, why: str = "") -> Callable[[Any], float]:
-    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-    rule = f"must be a number in {interval}" + (f" ({why})" if why else "")
-
-    def parse(value: Any) -> float:
-        if isinstance(value, bool):
-            raise ValueError(rule)
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(rule) from None
-        too_low = number <= low if low_open else number < low
-        too_high = number >= high if high_open else number > high
-        if not math.isfinite(number) or too_low or too_high:
-            raise ValueError(rule)
-        return number
-
-    return parse
-
-
-def _choice(names: tuple[str, ...], available: tuple[str, ...] | None = None) -> Callable[[Any], str]:
+def _plugin(kind: str) -> Callable[[Any], str]:
+    """A parser of a plug-in's name: it must resolve to a class satisfying its contract."""
     def parse(value: Any) -> str:
-        if not isinstance(value, str) or value not in names:
-            raise ValueError(f"must be one of {', '.join(names)}")
-        if available is not None and value not in available:
-            raise ValueError(f"is not implemented yet; available: {', '.join(available)}")
+        try:
+            plugins.resolve(kind, value)
+        except plugins.PluginError as error:
+            raise ValueError(str(error)) from None
         return value
 
     return parse
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError("must be a non-empty string")
-    return value
 
 
 def _mlflow_uri(value: Any) -> str:
     text = _text(value)
     if "://" not in text and not text.startswith(("sqlite:", "file:")):
         raise ValueError("must be a URI such as sqlite:///mlflow.db, file:///path or http://host:port")
+    if text.startswith("sqlite:") and (":memory:" in text or text.rstrip("/") in ("sqlite:", "sqlite:")):
+        # SQLAlchemy opens `sqlite://` and `sqlite:///:memory:` in memory: every record would vanish at exit.
+        raise ValueError("must name a database file, e.g. sqlite:///mlflow.db: an in-memory SQLite store "
+                         "loses every run when the process ends")
     return text
 
 
+# The largest n: planning, Parquet and the shard data grow with n; the largest run tested has 10⁸ users.
+MAX_USERS = 10**10
+# Seeds are stored as int64 in runs.parquet: a larger one would turn the column to float64 and collapse seeds.
+MAX_SEED = 2**63 - 1
+# The most rounds a run may plan: planning and the ledger hold every round (full_gd's
+# optimizer.rounds, or n / batch size for sequential optimizers).
+MAX_ROUNDS = 10**7
+ROUNDS_REASON = "planning and the ledger hold every round; at most 10⁷ planned rounds"
+# The experiment names the default results folder results/<experiment>: one path component.
+MAX_NAME_CHARS, MAX_NAME_BYTES = 200, 255
+
+
+def _experiment(value: Any) -> str:
+    """A name that is one safe folder name (results/<experiment>) and an MLflow experiment name."""
+    name = _text(value)
+    if (len(name) > MAX_NAME_CHARS or len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES
+            or name in (".", "..") or "/" in name or "\\" in name
+            or any(ord(char) < 32 or ord(char) == 127 for char in name)):
+        raise ValueError(f"must be one folder name (the default out is results/<experiment>): at most "
+                         f"{MAX_NAME_CHARS} characters and {MAX_NAME_BYTES} bytes in UTF-8, without '/', '\\', "
+                         "NUL or other control characters, and not '.' or '..'")
+    return name
+
+
+def _folder(value: Any) -> str:
+    """A folder path the OS can name (the results folder)."""
+    path = _text(value)
+    if "\0" in path:
+        raise ValueError("must be a folder path without a NUL character")
+    return path
+
+
+def _with_reason(parse: Callable[[Any], Any], why: str) -> Callable[[Any], Any]:
+    """A parser whose rule is followed by the reason for its bound."""
+    def parse_with_reason(value: Any) -> Any:
+        try:
+            return parse(value)
+        except ValueError as err:
+            raise ValueError(f"{err} ({why})") from None
+
+    parse_with_reason.rule = f"{getattr(parse, 'rule', '')} ({why})"
+    return parse_with_reason
+
+
 FIELDS: dict[str, Field] = {
-    "experiment": Field(_text, "default"),
-    "problem.name": Field(_choice(PROBLEM_NAMES), "quadratic"),
+    "experiment": Field(_experiment, "default"),
+    "problem.name": Field(_plugin("problem"), "quadratic"),
     "problem.dim": Field(_integer(1), 5),
     "problem.radius": Field(_real(0.0, math.inf, True, True), 1.0),
-    "n_users": Field(_integer(1), 10_000),
-    "optimizer.name": Field(_choice(OPTIMIZER_NAMES), "seq_sgd"),
-    "optimizer.rounds": Field(_integer(1)),
+    "n_users": Field(_with_reason(_integer(1, MAX_USERS), "the largest run tested has 10⁸ users"), 10_000),
+    "optimizer.name": Field(_plugin("optimizer"), "seq_sgd"),
+    "optimizer.rounds": Field(_with_reason(_integer(1, MAX_ROUNDS), ROUNDS_REASON)),
     "optimizer.batch_size": Field(_integer(1)),
     "optimizer.step_size": Field(_real(0.0, math.inf, True, True)),
     "optimizer.parameters": Field(_choice(PARAMETER_MODES), "paper"),
-    "optimizer.sampling": Field(_choice(DP_SGD_SAMPLINGS)),
     "privacy.model": Field(_choice(PRIVACY_MODELS)),  # default: the protocol's model
-    "privacy.protocol": Field(_choice(PROTOCOL_NAMES)),  # default: DEFAULT_PROTOCOL of the model
-    "privacy.levels": Field(_integer(1, 16)),  # m of seed 001's ℓ∞/ℓ2 randomizers
-    "privacy.messages": Field(_integer(1)),  # s of seed 001's randomizers
+    "privacy.protocol": Field(_plugin("protocol")),  # default: DEFAULT_PROTOCOL of the model
     # Robust mode: the fraction γ of each round's users who send (Corollary A.9's range).
     "privacy.honest_fraction": Field(_real(1 / 3, 1.0, False, False, "seed 000, Corollary A.9")),
     "privacy.epsilon": Field(_real(0.0, 15.0, True, False, "seed 000, Theorem 3.2 needs 0 < ε ≤ 15"), 1.0),
@@ -140,7 +140,7 @@ FIELDS: dict[str, Field] = {
     "execution.simulation": Field(_choice(SIMULATIONS), "exact"),
     "execution.block_size": Field(_integer(1), 4096),
     "tracking.mlflow_uri": Field(_mlflow_uri, "sqlite:///mlflow.db"),
-    "tracking.out": Field(_text),
+    "tracking.out": Field(_folder),
     "tracking.round_metrics": Field(_choice(ROUND_METRICS)),  # default: all (final for pnsgd)
 }
 # Fields that do not change a run's results: left out of its config hash.
@@ -148,6 +148,31 @@ NOT_IN_HASH = ("execution.backend", "execution.shards", "tracking.mlflow_uri", "
 # Fields that do not change results cannot vary inside one grid either.
 NOT_IN_GRID = ("experiment", *NOT_IN_HASH)
 TOP_LEVEL_EXTRA = ("seeds", "grid")
+# Run display names: at most this long; these fields are always in them.
+NAME_LIMIT = 100
+_ALWAYS_NAMED = ("optimizer.name", "n_users", "privacy.epsilon")
+# Short prefixes for numeric fields in names (others use their last dotted part).
+_NAME_PREFIX = {"problem.dim": "d", "problem.radius": "R", "optimizer.rounds": "T", "optimizer.batch_size": "B",
+                "optimizer.step_size": "lr", "privacy.honest_fraction": "honest", "execution.block_size": "block"}
+
+
+def _short_number(value: Any) -> str:
+    """A number as written in run names: `:g` where that is exact, else repr."""
+    if isinstance(value, float):
+        text = f"{value:g}"
+        return text if float(text) == value else repr(value)
+    return str(value)
+
+
+def _short_item(key: str, value: Any) -> str:
+    """A grid key's value in a run name: a string bare, other values after a short prefix of the key."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        text = _short_number(value)
+    else:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
+    return f"{_NAME_PREFIX.get(key, key.rsplit('.', 1)[-1])}{text}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,13 +182,34 @@ class RunConfig:
     Attributes:
       values: dotted field → value (optional fields absent when unset).
       seed: the run's seed.
+      varying: the grid keys that vary across the run's grid, in grid order;
+        named in `display_name`, left out of the hash, params and Parquet.
     """
 
     values: dict[str, Any]
     seed: int
+    varying: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     def __getitem__(self, field: str) -> Any:
         return self.values.get(field)
+
+    def display_name(self) -> str:
+        """A readable name, distinct across a grid's points: optimizer, varying keys, n, ε, seed.
+
+        Returns:
+          `optimizer[-varying...]-n<n>-eps<ε>-s<seed>`, at most NAME_LIMIT
+          characters; a longer one has its varying part cut and the grid
+          point's hash appended, so it stays distinct.
+        """
+        head = str(self["optimizer.name"])
+        tail = f"n{self['n_users']}-eps{_short_number(self['privacy.epsilon'])}-s{self.seed}"
+        middle = "-".join(_short_item(key, self[key]) for key in self.varying if key not in _ALWAYS_NAMED)
+        name = "-".join(part for part in (head, middle, tail) if part)
+        if len(name) <= NAME_LIMIT:
+            return name
+        tag = self.config_hash[:8]
+        room = max(NAME_LIMIT - len(tail) - len(tag) - 3, 0)
+        return "-".join(part for part in (f"{head}-{middle}"[:room].rstrip("-"), tag, tail) if part)
 
     @property
     def config_hash(self) -> str:
@@ -196,6 +242,17 @@ def _known_fields_under(prefix: str) -> str:
     return ", ".join(names)
 
 
+def is_option(dotted: str) -> bool:
+    """Whether a dotted name is a plug-in option (section.option, checked against the class's declaration)."""
+    section, _, option = dotted.partition(".")
+    return section in PLUGIN_SECTIONS and bool(option) and "." not in option and dotted not in FIELDS
+
+
+def is_field(dotted: str) -> bool:
+    """Whether a dotted name is a config field or a plug-in option (a column of runs.parquet)."""
+    return dotted in FIELDS or is_option(dotted)
+
+
 def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in tree.items():
@@ -204,7 +261,7 @@ def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         dotted = f"{prefix}{key}"
         if not prefix and key in TOP_LEVEL_EXTRA:
             flat[dotted] = value
-        elif dotted in FIELDS:
+        elif dotted in FIELDS or (is_option(dotted) and not isinstance(value, dict)):
             flat[dotted] = value
         elif isinstance(value, dict) and any(f.startswith(dotted + ".") for f in FIELDS):
             flat.update(_flatten(value, dotted + "."))
@@ -231,7 +288,8 @@ def _parse_seeds(value: Any) -> list[int]:
     seeds = value if isinstance(value, list) else [value]
     if not seeds:
         raise ConfigError("seeds", value, "must be a non-empty list of integers ≥ 0")
-    parsed = [_checked(_integer(0), seed, f"seeds[{i}]") for i, seed in enumerate(seeds)]
+    seed_rule = _with_reason(_integer(0, MAX_SEED), "seeds are stored as int64 in runs.parquet")
+    parsed = [_checked(seed_rule, seed, f"seeds[{i}]") for i, seed in enumerate(seeds)]
     if len(set(parsed)) != len(parsed):
         raise ConfigError("seeds", value, "must not repeat a seed")
     return parsed
@@ -244,14 +302,16 @@ def _parse_grid(value: Any) -> dict[str, list[Any]]:
         raise ConfigError("grid", value, "must be a mapping of dotted field names to lists of values")
     grid: dict[str, list[Any]] = {}
     for key, options in value.items():
-        if key not in FIELDS or key in NOT_IN_GRID:
+        if not is_field(key) or key in NOT_IN_GRID:
             raise ConfigError(f"grid.{key}", options, "unknown grid key; must be a dotted config field "
                               "such as n_users or privacy.epsilon (not experiment, execution.backend, "
                               "execution.shards or tracking.*)")
         if not isinstance(options, list) or not options:
             raise ConfigError(f"grid.{key}", options, "must be a non-empty list of values")
-        grid[key] = [_parse_field(key, option, f"grid.{key}[{i}]") for i, option in enumerate(options)]
-        if len(set(grid[key])) != len(grid[key]):
+        # A plug-in option is checked per grid point, against the class that point runs.
+        grid[key] = [_parse_field(key, option, f"grid.{key}[{i}]") if key in FIELDS else option
+                     for i, option in enumerate(options)]
+        if len({json.dumps(value, sort_keys=True, default=repr) for value in grid[key]}) != len(grid[key]):
             raise ConfigError(f"grid.{key}", options, "repeats a value; every grid point must be distinct")
     return grid
 
@@ -262,7 +322,7 @@ def _apply_override(tree: dict[str, Any], item: str) -> None:
     if not sep or not key:
         raise ConfigError("--set", item, "must be key=value, e.g. privacy.epsilon=4")
     try:
-        value = yaml.safe_load(raw)
+        value = load_yaml(raw, f"--set {key}", f"{key}.")
     except yaml.YAMLError:
         raise ConfigError(f"--set {key}", raw, "value is not valid YAML") from None
     if key.startswith("grid."):
@@ -271,7 +331,7 @@ def _apply_override(tree: dict[str, Any], item: str) -> None:
             raise ConfigError("grid", tree["grid"], "must be a mapping of dotted field names to lists of values")
         tree["grid"][key[len("grid."):]] = value
         return
-    if key not in FIELDS and key not in TOP_LEVEL_EXTRA:
+    if not is_field(key) and key not in TOP_LEVEL_EXTRA:
         raise ConfigError(f"--set {key}", value, "unknown field; use a dotted config field such as privacy.epsilon")
     node = tree
     *parents, leaf = key.split(".")
@@ -281,6 +341,60 @@ def _apply_override(tree: dict[str, Any], item: str) -> None:
             raise ConfigError(part, child, "must be a mapping")
         node = child
     node[leaf] = value
+
+
+def _refuse_duplicate_keys(node: yaml.Node, prefix: str, visited: set[int], source: str) -> None:
+    """Refuses a mapping that names a key twice (PyYAML would silently keep the last).
+
+    Each node is visited once, so shared (aliased) nodes cost nothing more.
+
+    Raises:
+      ConfigError: naming the dotted key and both lines.
+    """
+    if id(node) in visited:
+        return
+    visited.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if key is not None and key_node.tag != "tag:yaml.org,2002:merge":
+                line = key_node.start_mark.line + 1
+                if key in lines:
+                    raise ConfigError(f"{prefix}{key}", source,
+                                      f"is given twice in one mapping (lines {lines[key]} and {line}); YAML would "
+                                      "silently keep only the last: remove one")
+                lines[key] = line
+            _refuse_duplicate_keys(value_node, f"{prefix}{key}." if key is not None else prefix, visited, source)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_duplicate_keys(item, prefix, visited, source)
+
+
+def load_yaml(text: str, source: str, prefix: str = "") -> Any:
+    """Parses YAML like yaml.safe_load, refusing duplicate keys.
+
+    Args:
+      text: the YAML text.
+      source: where it came from (a file, or --set), for the error line.
+      prefix: the dotted field the document sits under ("privacy." for --set privacy=...).
+
+    Returns:
+      The parsed document (None if empty).
+
+    Raises:
+      yaml.YAMLError: invalid YAML.
+      ConfigError: a mapping that names a key twice.
+    """
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _refuse_duplicate_keys(node, prefix, set(), source)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def read_config(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
@@ -294,16 +408,19 @@ def read_config(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
       The nested config, unvalidated.
 
     Raises:
-      ConfigError: unreadable file, invalid YAML, a non-mapping document or
-        a malformed override.
+      ConfigError: an unreadable or non-UTF-8 file, invalid YAML, a key given
+        twice in one mapping, a non-mapping document or a malformed override.
     """
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError("config", str(path), f"cannot be read ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:  # a binary file, or another encoding
+        raise ConfigError("config", str(path), f"is not UTF-8 text (byte {err.start} cannot be decoded): "
+                          "a config is a YAML text file") from None
     try:
-        tree = yaml.safe_load(text)
+        tree = load_yaml(text, str(path))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -338,13 +455,15 @@ def expand(tree: dict[str, Any]) -> list[RunConfig]:
             values[dotted] = _parse_field(dotted, flat[dotted])
         elif field.default is not None:
             values[dotted] = field.default
+    values.update({dotted: value for dotted, value in flat.items() if is_option(dotted)})
     values.setdefault("tracking.out", str(Path("results") / values["experiment"]))
-    runs = []
     keys = list(grid)
-    for point in itertools.product(*(grid[k] for k in keys)):
-        point_values = _resolve_privacy({**values, **dict(zip(keys, point))})
-        runs.extend(RunConfig(point_values, seed) for seed in seeds)
-    return runs
+    points = [_parse_options(_resolve_privacy({**values, **dict(zip(keys, point))}), keys)
+              for point in itertools.product(*(grid[k] for k in keys))]
+    # The grid keys whose resolved values differ between points: the run names show them.
+    varying = tuple(k for k in keys
+                    if len({json.dumps(p.get(k), sort_keys=True, default=repr) for p in points}) > 1)
+    return [RunConfig(point_values, seed, varying) for point_values in points for seed in seeds]
 
 
 def _resolve_privacy(values: dict[str, Any]) -> dict[str, Any]:
@@ -356,7 +475,46 @@ def _resolve_privacy(values: dict[str, Any]) -> dict[str, Any]:
     model, protocol = values.get("privacy.model"), values.get("privacy.protocol")
     if protocol is None:
         protocol = DEFAULT_PROTOCOL[model or SHUFFLE]
-    protocol_model = PROTOCOLS[protocol].model
+    protocol_model = plugins.resolve("protocol", protocol).model
     if model is not None and model != protocol_model:
         raise ConfigError("privacy.model", model, f"must be {protocol_model}, the model of privacy.protocol {protocol}")
     return {**values, "privacy.model": protocol_model, "privacy.protocol": protocol}
+
+
+def _parse_options(values: dict[str, Any], grid_keys: list[str]) -> dict[str, Any]:
+    """Checks every plug-in option against the declarations of the class its section names,
+    and fills the declared defaults.
+
+    Args:
+      values: one grid point's fields.
+      grid_keys: the grid's keys (an error names grid.<key> for those).
+
+    Raises:
+      ConfigError: an option the class does not declare, or a value that breaks its rule.
+    """
+    parsed = dict(values)
+    for section, (kind, name_field) in PLUGIN_SECTIONS.items():
+        cls = plugins.resolve(kind, values[name_field])
+        declared = {option.name: option for option in cls.options}
+        for dotted in [d for d in values if is_option(d) and d.startswith(section + ".")]:
+            option = declared.get(dotted.partition(".")[2])
+            shown = f"grid.{dotted}" if dotted in grid_keys else dotted
+            if option is None:
+                raise ConfigError(shown, values[dotted], _undeclared(kind, dotted, name_field, values[name_field]))
+            parsed[dotted] = _checked(option.parse, values[dotted], shown)
+        for name, option in declared.items():
+            if option.default is not None:
+                parsed.setdefault(f"{section}.{name}", option.default)
+    return parsed
+
+
+def _undeclared(kind: str, dotted: str, name_field: str, name: str) -> str:
+    """The rule an undeclared option breaks: another class's option, or an unknown field."""
+    option = dotted.partition(".")[2]
+    builtins = plugins.kinds()[kind].builtins.values()
+    if any(option == declared.name for cls in builtins for declared in cls.options):
+        return f"does not apply to {name_field} {name}"
+    section = dotted.partition(".")[0]
+    own = ", ".join(o.name for o in plugins.resolve(kind, name).options) or "none"
+    return f"unknown field; known here: {_known_fields_under(section)}; options of {name}: {own}"
+

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from pipeline.config import FIELDS, NOT_IN_HASH  # noqa: E402
+from pipeline.config import NOT_IN_HASH, is_field  # noqa: E402
 from pipeline.errors import ConfigError  # noqa: E402
 from pipeline.optimizers.theory import THEORY_COLUMNS  # noqa: E402
 
@@ -52,7 +52,7 @@ def tracking_of(out: str | Path) -> tuple[str, str]:
 def _series_keys(runs: pd.DataFrame) -> list[str]:
     """The config fields that define a series (all but n and result-neutral ones):
     a fitted slope never mixes dimensions, problems, δ or modes."""
-    return [f for f in FIELDS if f in runs.columns and f not in ("n_users", "experiment", *NOT_IN_HASH)]
+    return [f for f in runs.columns if is_field(f) and f not in ("n_users", "experiment", *NOT_IN_HASH)]
 
 
 def _series_name(runs: pd.DataFrame, values: dict) -> str:
@@ -132,8 +132,9 @@ def _models_vs_epsilon(runs: pd.DataFrame, axes) -> None:
     largest = runs[runs["n_users"] == runs["n_users"].max()]
     for (optimizer, protocol), group in largest.groupby(["optimizer.name", "privacy.protocol"]):
         curve = group.groupby("privacy.epsilon")["final_excess_loss"].mean()
-        label = f"{optimizer} / {protocol} ({group['privacy.model'].iloc[0]})"
-        if protocol == "none":
+        model = group["privacy.model"].iloc[0]
+        label = f"{optimizer} / {protocol} ({model})"
+        if model == "none":
             axes.axhline(curve.mean(), color="black", linestyle="--", label=f"{label}: non-private")
         else:
             axes.plot(curve.index, curve.to_numpy(), marker="o", label=label)

@@ -6,32 +6,30 @@ import contextlib
 import dataclasses
 import json
 import math
+import os
 import signal
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import pandas as pd
 import yaml
 
-from pipeline import engine
-from pipeline.accounting.ledger import PrivacyLedger
-from pipeline.config import RunConfig
+from pipeline import engine, plugins
+from pipeline.accounting.ledger import LedgerError, PrivacyLedger, UnsupportedEventError
+from pipeline.config import MAX_ROUNDS, PLUGIN_SECTIONS, ROUNDS_REASON, RunConfig
 from pipeline.errors import ConfigError
-from pipeline.optimizers import OPTIMIZERS, theory
-from pipeline.problems import build_problem
-from pipeline.protocols import build_protocol
-from pipeline.protocols.cjmp import LITERAL_MAX_MESSAGES, MAX_PRECISION, PvecParams, literal_messages
-from pipeline.tracking import FAILED, FINISHED, MlflowTracker, ParquetStore
+from pipeline.optimizers import theory
+from pipeline.optimizers.base import DATA, OVERRIDES
+from pipeline.protocols import PROTOCOLS
+from pipeline.protocols.base import BINARY, REAL, PlanError
+
+if TYPE_CHECKING:  # pandas and the sinks (mlflow) load where a run is recorded, so `ledger` starts fast
+    import pandas as pd
+
+    from pipeline.tracking import MlflowTracker, ParquetStore
 
 METRIC_COLUMNS = ("excess_loss", "epsilon_spent")
-# Overrides that mean nothing to an optimizer are refused rather than ignored.
-_NOT_APPLICABLE = {
-    "mean_estimation": ("optimizer.rounds", "optimizer.batch_size", "optimizer.step_size"),
-    "full_gd": ("optimizer.batch_size",),
-    "full_gd_smoothed": ("optimizer.batch_size",),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,49 +64,55 @@ def plan_run(run: RunConfig) -> PlannedRun:
       ConfigError: a rule the run breaks, including a planned ledger above
         the target (the budget guard).
     """
-    name = run["optimizer.name"]
-    for field in _NOT_APPLICABLE.get(name, ()):
-        if run[field] is not None:
-            raise ConfigError(field, run[field], f"does not apply to optimizer {name}")
-    problem = build_problem(run["problem.name"], run["problem.dim"], run["problem.radius"])
-    protocol = _protocol(run)
-    cls = OPTIMIZERS[name]
+    cls = plugins.resolve("optimizer", run["optimizer.name"])
+    for key in OVERRIDES:  # an override that means nothing to the optimizer is refused, not ignored
+        if run[f"optimizer.{key}"] is not None and key not in cls.overrides:
+            raise ConfigError(f"optimizer.{key}", run[f"optimizer.{key}"], f"does not apply to optimizer {cls.name}")
+    _check_memory(run)  # before the problem, whose fixed points alone can be O(d)
+    problem = plugins.resolve("problem", run["problem.name"])(
+        dim=run["problem.dim"], radius=run["problem.radius"], **_options(run, "problem"))
+    protocol = plugins.resolve("protocol", run["privacy.protocol"])(run["privacy.accounting"],
+                                                                    **_options(run, "privacy"))
     _check_pairing(run, cls, protocol, problem)
-    options = {"sampling": run["optimizer.sampling"]} if run["optimizer.sampling"] is not None else {}
-    optimizer = cls.from_config(
-        problem, run["n_users"], run["privacy.epsilon"], run["privacy.delta"],
-        rounds=run["optimizer.rounds"], batch_size=run["optimizer.batch_size"], step_size=run["optimizer.step_size"],
-        accounting=run["privacy.accounting"], parameters=run["optimizer.parameters"], protocol=protocol, **options,
-    )
+    try:
+        optimizer = cls.from_config(
+            problem, run["n_users"], run["privacy.epsilon"], run["privacy.delta"],
+            **{key: run[f"optimizer.{key}"] for key in OVERRIDES if key in cls.overrides},
+            accounting=run["privacy.accounting"], parameters=run["optimizer.parameters"], protocol=protocol,
+            **_options(run, "optimizer"),
+        )
+    except ConfigError:
+        raise
+    except PlanError as error:
+        raise ConfigError(error.field, run[error.field], str(error)) from None
+    except ValueError as error:  # a calibration that no noise level meets (dp_sgd, phased): the budget is too small
+        raise ConfigError("privacy.epsilon", run["privacy.epsilon"],
+                          f"optimizer {cls.name} cannot be calibrated at (ε, δ) = ({run['privacy.epsilon']:g}, "
+                          f"{run['privacy.delta']:g}) with n = {run['n_users']}: {error}; raise privacy.epsilon "
+                          "or privacy.delta, or use more users") from None
     # Smoothed optimizers run on their problem's Moreau envelope (optimizer.problem).
     job = engine.RunJob(optimizer.problem, optimizer, protocol, run.seed, run["n_users"],
                         run["execution.block_size"], run["execution.simulation"], run["privacy.honest_fraction"] or 1.0)
     schedule = job.schedule
+    if schedule.rounds > MAX_ROUNDS:  # planning below visits every round: refuse before it starts
+        field = next((f for f in ("optimizer.rounds", "optimizer.batch_size") if run[f] is not None), "n_users")
+        raise ConfigError(field, run[field], f"plans {schedule.rounds} rounds, above the cap of {MAX_ROUNDS} "
+                                             f"({ROUNDS_REASON})")
     planned = []
     for round_index in range(schedule.rounds):
         plan = schedule.plan(round_index)
         try:
             params = protocol.plan(plan, problem.dim)
-        except ValueError as error:
-            # Seed 001's randomizers name their own bad option (levels, messages) first.
-            field = next((f"privacy.{key}" for key in ("levels", "messages") if str(error).startswith(key)),
-                         "privacy.accounting")
+            protocol.check_call(params, job.simulation == engine.LITERAL)
+        except ValueError as error:  # a PlanError names its field; a budget that cannot be met is the accounting's
+            field = error.field if isinstance(error, PlanError) else "privacy.accounting"
             raise ConfigError(field, run[field], f"round {round_index}: {error}") from None
-        if isinstance(params, PvecParams) and params.g > MAX_PRECISION:
-            raise ConfigError(
-                "problem.radius", run["problem.radius"],
-                f"round {round_index} needs P_vec precision g = ⌈2Δ₂√n⌉ = {params.g} above {MAX_PRECISION} "
-                "(the exact sampler's limit); lower the radius or the users per round",
-            )
-        if (job.simulation == engine.LITERAL and isinstance(params, PvecParams)
-                and literal_messages(params) > LITERAL_MAX_MESSAGES):
-            raise ConfigError(
-                "execution.simulation", "literal",
-                f"round {round_index} would materialize {literal_messages(params):.3g} messages "
-                f"(limit {LITERAL_MAX_MESSAGES:.0e}); use exact, or fewer users, smaller dim or larger epsilon",
-            )
         planned.append((round_index, plan.first_user, plan.stop_user, params))
-    ledger = _ledger(job, planned)
+    try:
+        ledger = _ledger(job, planned)
+    except LedgerError as error:  # the protocol's events, or the optimizer's schedule, break the ledger's rules
+        field = "privacy.protocol" if isinstance(error, UnsupportedEventError) else "optimizer.name"
+        raise ConfigError(field, run[field], str(error)) from None
     if protocol.model != "none" and not ledger.within_target():  # a non-private run spends ε = ∞ by design
         epsilon, delta = ledger.total()
         # Lemma B.6 sizes ε0 with ln(1/δ) but composes with ln((T+1)/δ): at large δ the split overspends.
@@ -119,54 +123,97 @@ def plan_run(run: RunConfig) -> PlannedRun:
     return PlannedRun(run, job, ledger)
 
 
-def _protocol(run: RunConfig):
-    """The run's protocol, with its options (seed 001's randomizers take m and s).
+def memory_bytes() -> int | None:
+    """This machine's physical memory, or its cgroup's limit if lower; None if unknown."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+    try:  # a container's limit (cgroup v2) is what the run may really use
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        limit = ""
+    return min(total, int(limit)) if limit.isdigit() else total
+
+
+def _check_memory(run: RunConfig) -> None:
+    """Refuses a run whose users' data cannot fit in memory (DESIGN: users live in their shard).
+
+    A shard holds its users' data as float64 (d, users): 8·d bytes per user. One
+    block must fit, and so must every user one process holds (all of them on the
+    local backend, one shard's on Ray; a necessary condition on a cluster).
 
     Raises:
-      ConfigError: an option the protocol does not take.
+      ConfigError: naming problem.dim (one block does not fit) or n_users, with
+        the bytes needed and the memory there is.
     """
-    name = run["privacy.protocol"]
-    options = {key: run[f"privacy.{key}"] for key in ("levels", "messages") if run[f"privacy.{key}"] is not None}
-    try:
-        return build_protocol(name, run["privacy.accounting"], **options)
-    except TypeError as error:  # the protocol names the option it does not take, if it knows it
-        key = error.args[0] if error.args and error.args[0] in options else next(iter(options))
-        field = f"privacy.{key}"
-        raise ConfigError(field, run[field], f"does not apply to privacy.protocol {name}") from None
+    memory = memory_bytes()
+    if memory is None:
+        return
+    d, n = run["problem.dim"], run["n_users"]
+    held = n if run["execution.backend"] == "local" else -(-n // run["execution.shards"])
+    # One block too large is the dimension's fault; too many users held at once, n's.
+    for field, users, what in (("problem.dim", min(run["execution.block_size"], n), "one block of"),
+                               ("n_users", held, "the")):
+        needed = 8 * d * users
+        if needed > memory:
+            raise ConfigError(field, run[field],
+                              f"{what} {users} users' data take d × users × 8 bytes = {needed / 2**30:.3g} GiB "
+                              f"in one process, more than this machine's memory ({memory / 2**30:.3g} GiB): "
+                              "lower problem.dim, n_users or execution.block_size"
+                              + ("" if run["execution.backend"] == "local" else ", or add shards"))
+
+
+def _options(run: RunConfig, section: str) -> dict:
+    """The values of the declared options of a section's plug-in (passed to its constructor)."""
+    kind, name_field = PLUGIN_SECTIONS[section]
+    declared = plugins.resolve(kind, run[name_field]).options
+    return {option.name: run[f"{section}.{option.name}"] for option in declared
+            if run[f"{section}.{option.name}"] is not None}
+
+
+def _providers(test) -> str:
+    """The built-in protocols that pass `test`, for error messages."""
+    return ", ".join(name for name, cls in PROTOCOLS.items() if test(cls))
 
 
 def _check_pairing(run: RunConfig, cls, protocol, problem) -> None:
-    """Refuses optimizer, protocol and execution choices that do not go together.
+    """Refuses optimizer, protocol and execution choices that do not go together,
+    from the capabilities each class declares.
 
     Raises:
       ConfigError: the first rule the run breaks.
     """
-    name = cls.name
-    if protocol.name == "girgis_binary" and not (name == "mean_estimation" and getattr(problem, "binary_data", False)):
-        raise ConfigError("privacy.protocol", protocol.name,
-                          "encodes binary vectors: it runs with optimizer mean_estimation on problem bernoulli")
-    required = getattr(cls, "protocols", None)
-    if required is not None and protocol.name not in required:
-        raise ConfigError("privacy.protocol", protocol.name, f"optimizer {name} runs with {', '.join(required)}")
-    if getattr(cls, "samples_users", False) and not getattr(protocol, "supports_sampling", False):
-        raise ConfigError("privacy.protocol", protocol.name,
-                          f"optimizer {name} samples users each round, and {protocol.name} has no accountant for "
-                          "sampled rounds; use girgis_*, shuffle_gaussian, central_gaussian or none")
-    if run["optimizer.sampling"] is not None and "sampling" not in getattr(cls, "options", ()):
-        raise ConfigError("optimizer.sampling", run["optimizer.sampling"], f"does not apply to optimizer {name}")
+    name, chosen = cls.name, protocol.name
+    kinds = {REAL, BINARY} if cls.sends == DATA and problem.data_kind == BINARY else {REAL}
+    if not kinds & protocol.data_kinds:
+        raise ConfigError("privacy.protocol", chosen,
+                          f"encodes {', '.join(sorted(protocol.data_kinds))} vectors: it runs with an optimizer "
+                          f"that sends data ({DATA}) on a problem whose data are {BINARY}, such as mean_estimation "
+                          "on bernoulli")
+    if protocol.model not in cls.privacy_models or not cls.requires <= protocol.capabilities:
+        needs = sorted(cls.requires)
+        fits = _providers(lambda p: p.model in cls.privacy_models and cls.requires <= p.capabilities)
+        raise ConfigError("privacy.protocol", chosen, f"optimizer {name} runs with {fits}"
+                          + (f" (it needs a protocol with {', '.join(needs)})" if needs else ""))
+    if cls.samples_users and not protocol.supports_sampling:
+        raise ConfigError("privacy.protocol", chosen,
+                          f"optimizer {name} samples users each round, and {chosen} has no accountant for "
+                          f"sampled rounds; use {_providers(lambda p: p.supports_sampling)}")
     if run["execution.simulation"] == engine.LITERAL and not protocol.supports_literal:
         raise ConfigError("execution.simulation", "literal",
-                          f"only cjmp_vec materializes its messages; {protocol.name} runs exact")
+                          f"only {_providers(lambda p: p.supports_literal)} materializes its messages; {chosen} runs exact")
     if run["privacy.honest_fraction"] is not None:
-        if protocol.name != "cjmp_vec":
+        if not protocol.supports_robust:
             raise ConfigError("privacy.honest_fraction", run["privacy.honest_fraction"],
-                              f"robust mode is P_vec's (Appendix A.3): privacy.protocol must be cjmp_vec, not {protocol.name}")
+                              f"robust mode is P_vec's (Appendix A.3): privacy.protocol must be "
+                              f"{_providers(lambda p: p.supports_robust)}, not {chosen}")
         if run["privacy.epsilon"] > 1.0:
             raise ConfigError("privacy.epsilon", run["privacy.epsilon"],
                               "must be ≤ 1 in robust mode (seed 000, Corollary A.9)")
         if run["execution.simulation"] == engine.LITERAL:
             raise ConfigError("execution.simulation", "literal", "robust mode runs exact")
-    if run["tracking.round_metrics"] == "all" and getattr(cls, "final_iterate_only", False):
+    if run["tracking.round_metrics"] == "all" and cls.final_iterate_only:
         raise ConfigError("tracking.round_metrics", "all",
                           f"{name} releases only its final iterate: logging the others voids its ledger (seed 002)")
 
@@ -174,7 +221,7 @@ def _check_pairing(run: RunConfig, cls, protocol, problem) -> None:
 def _final_only(planned: PlannedRun) -> bool:
     """Whether only the final round's metrics may be logged (tracking.round_metrics)."""
     wanted = planned.config["tracking.round_metrics"]
-    return wanted == "final" or (wanted is None and getattr(planned.job.optimizer, "final_iterate_only", False))
+    return wanted == "final" or (wanted is None and planned.job.optimizer.final_iterate_only)
 
 
 def theory_rates(planned: PlannedRun) -> dict[str, float]:
@@ -205,7 +252,11 @@ class GridSummary:
 
 
 def start_run(planned: PlannedRun, tracker: MlflowTracker) -> str:
-    """Opens a run's MLflow run with its parameters.
+    """Opens a run's MLflow run with its parameters, display name and tags.
+
+    Args:
+      planned: the run.
+      tracker: the MLflow sink.
 
     Returns:
       The MLflow run id.
@@ -213,9 +264,12 @@ def start_run(planned: PlannedRun, tracker: MlflowTracker) -> str:
     run, job = planned.config, planned.job
     hyper = {f"resolved.{k}": v for k, v in job.optimizer.hyperparameters().items()}
     constants = {f"problem.{k}": v for k, v in job.problem.constants().items()}
-    name = f"{run['optimizer.name']}-n{run['n_users']}-eps{run['privacy.epsilon']:g}-s{run.seed}"
-    return tracker.start(run.run_id, name, {**run.flat(), **hyper, **constants, "config_hash": run.config_hash},
-                         str(Path(run["tracking.out"]).resolve()))
+    tags = {"optimizer": run["optimizer.name"], "protocol": run["privacy.protocol"],
+            "accounting": run["privacy.accounting"], "privacy_model": run["privacy.model"]}
+    return tracker.start(run.run_id, run.display_name(),
+                         {**run.flat(), **hyper, **constants, "config_hash": run.config_hash},
+                         str(Path(run["tracking.out"]).resolve()),
+                         {key: str(value) for key, value in tags.items() if value is not None})
 
 
 def _row(planned: PlannedRun, mlflow_run_id: str) -> dict:
@@ -245,6 +299,10 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
       RuntimeError: the executed rounds differ from the planned ledger.
       FloatingPointError: a NaN or infinity in the results.
     """
+    import pandas as pd
+
+    from pipeline.tracking import FINISHED
+
     run, job = planned.config, planned.job
     ledger = _ledger(job, [(r.plan.round, r.plan.first_user, r.plan.stop_user, r.params) for r in records])
     if ledger.to_dict() != planned.ledger.to_dict():
@@ -281,6 +339,10 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
 def fail_run(planned: PlannedRun, wall_s: float, mlflow_run_id: str, tracker: MlflowTracker,
              store: ParquetStore) -> None:
     """Marks a run failed in both sinks; a rerun redoes it."""
+    import pandas as pd
+
+    from pipeline.tracking import FAILED
+
     store.commit({**_row(planned, mlflow_run_id), "status": FAILED, "wall_s": wall_s}, pd.DataFrame())
     try:
         tracker.fail(mlflow_run_id)
@@ -366,6 +428,8 @@ def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridS
     # Planning calibrates every protocol (a numerical search per round shape): say so.
     say(f"planning {len(runs)} runs (protocol calibration and ledgers)")
     planned = [plan_run(run) for run in runs]
+    from pipeline.tracking import MlflowTracker, ParquetStore
+
     first = runs[0]
     store = ParquetStore(first["tracking.out"])
     store.check_writable()

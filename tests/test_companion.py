@@ -5,7 +5,6 @@ exact variance."""
 from __future__ import annotations
 
 import math
-import types
 
 import numpy as np
 import pytest
@@ -20,15 +19,15 @@ from pipeline.engine.layout import BlockLayout, sampled_users
 from pipeline.optimizers import DssSGD
 from pipeline.problems import Quadratic
 from pipeline.protocols import build_protocol
+from pipeline.protocols.base import GRADIENTS, RoundPlan
 from pipeline.protocols.sums import duchi_report_norm
 
 DIM = 4
 
 
 def _plan(users=200, population=None, sampling="all", rate=0.0, epsilon=1.0, delta=1e-6, norm=1.0, folds=1):
-    return types.SimpleNamespace(users=users, population=population or users, sampling=sampling, rate=rate,
-                                 epsilon=epsilon, delta=delta, norm_bound=norm, folds=folds, inputs="gradients",
-                                 noise_std=0.0)
+    return RoundPlan(0, 0, population or users, epsilon, delta, norm, GRADIENTS, folds, sampling,
+                     sample_size=users if sampling == "uniform" else 0, rate=rate)
 
 
 def _inputs(rng, users, norm=1.0):
@@ -125,7 +124,7 @@ def test_uniform_sampling_takes_exactly_k_uniformly_whatever_the_sharding():
     rounds, k = 3000, 50
     hits = np.zeros(1000)
     for r in range(rounds):
-        plan = types.SimpleNamespace(round=r, first_user=0, stop_user=1000, sampling="uniform", sample_size=k, rate=0.0)
+        plan = RoundPlan(r, 0, 1000, 1.0, 1e-6, 1.0, GRADIENTS, sampling="uniform", sample_size=k)
         users = _union(layout, plan, [range(0, 16)])
         if r < 20:
             assert np.array_equal(users, _union(layout, plan, [range(0, 5), range(5, 11), range(11, 16)]))
@@ -142,7 +141,7 @@ def test_poisson_sampling_has_binomial_sizes_and_independent_memberships():
     rounds, q = 4000, 0.03
     sizes, pair = [], 0
     for r in range(rounds):
-        plan = types.SimpleNamespace(round=r, first_user=0, stop_user=500, sampling="poisson", sample_size=0, rate=q)
+        plan = RoundPlan(r, 0, 500, 1.0, 1e-6, 1.0, GRADIENTS, sampling="poisson", rate=q)
         users = _union(layout, plan, [range(0, 8)])
         if r < 20:
             assert np.array_equal(users, _union(layout, plan, [range(0, 3), range(3, 8)]))

@@ -29,6 +29,7 @@ import pytest
 from scipy import special, stats
 
 from pipeline.protocols import cjmp, sampling
+from pipeline.protocols.base import add_partials
 
 Z = 5.0  # tolerances are Z standard errors
 
@@ -81,7 +82,7 @@ def _exact_estimate(params, blocks, rng):
     overwrites, hence the copy.
     """
     partials = [cjmp.encode_block(params, [part.T.copy()], rng) for _, part in blocks]
-    return cjmp.decode(params, cjmp.finish(params, cjmp.merge(partials))), partials
+    return cjmp.decode(params, cjmp.finish(params, add_partials(partials))), partials
 
 
 def _literal_estimate(params, vectors, rng, permute=False):
@@ -187,9 +188,9 @@ def pvec_runs():
         estimate, partials = _exact_estimate(params, blocks, rng)
         errors[t] = estimate - vectors.sum(axis=0)
         integer_partials &= all(part.ones_above_floor.dtype == np.int64 for part in partials)
-        reference = cjmp.finish(params, cjmp.merge(partials)).centred_ones.tobytes()
+        reference = cjmp.finish(params, add_partials(partials)).centred_ones.tobytes()
         for permuted in ([partials[2], partials[1], partials[0]], [partials[1], partials[2], partials[0]]):
-            counts = cjmp.finish(params, cjmp.merge(permuted))
+            counts = cjmp.finish(params, add_partials(permuted))
             order_mismatches += counts.centred_ones.tobytes() != reference
             order_mismatches += cjmp.decode(params, counts).tobytes() != estimate.tobytes()
     return params, vectors, errors, order_mismatches, integer_partials

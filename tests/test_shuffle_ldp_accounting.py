@@ -281,18 +281,18 @@ def test_top_level_results_are_json_and_best_is_the_minimum():
 
 
 @pytest.mark.parametrize("call,message", [
-    (lambda: S.shuffle_ldp_epsilon(0, 1.0, 1e-6), r"n must be an integer ≥ 1, got 0"),
-    (lambda: S.shuffle_ldp_epsilon(10.5, 1.0, 1e-6), r"n must be an integer ≥ 1, got 10.5"),
-    (lambda: S.shuffle_ldp_epsilon(True, 1.0, 1e-6), r"n must be an integer"),
-    (lambda: S.shuffle_ldp_epsilon(100, 0.0, 1e-6), r"eps0 must be a finite number > 0, got 0.0"),
-    (lambda: S.shuffle_ldp_epsilon(100, math.inf, 1e-6), r"eps0 must be a finite number > 0"),
-    (lambda: S.shuffle_ldp_epsilon(100, 1.0, 1.0), r"delta must lie in \(0, 1\), got 1.0"),
-    (lambda: S.shuffle_ldp_epsilon(100, 1.0, 1e-6, 0), r"rounds must be an integer ≥ 1, got 0"),
+    (lambda: S.shuffle_ldp_epsilon(0, 1.0, 1e-6), r"n=0: must be an integer ≥ 1"),
+    (lambda: S.shuffle_ldp_epsilon(10.5, 1.0, 1e-6), r"n=10.5: must be an integer ≥ 1"),
+    (lambda: S.shuffle_ldp_epsilon(True, 1.0, 1e-6), r"n=True: must be an integer"),
+    (lambda: S.shuffle_ldp_epsilon(100, 0.0, 1e-6), r"eps0=0.0: must be a number in \(0, inf\)"),
+    (lambda: S.shuffle_ldp_epsilon(100, math.inf, 1e-6), r"eps0=inf: must be a number in \(0, inf\)"),
+    (lambda: S.shuffle_ldp_epsilon(100, 1.0, 1.0), r"delta=1.0: must be a number in \(0, 1\)"),
+    (lambda: S.shuffle_ldp_epsilon(100, 1.0, 1e-6, 0), r"rounds=0: must be an integer ≥ 1"),
     (lambda: S.shuffle_ldp_epsilon(100, 1.0, 1e-6, 1, "pld"), r"bound must be one of"),
     (lambda: S.subsampled_shuffle_epsilon(100, 101, 1.0, 1e-6), r"k must satisfy 2 ≤ k ≤ n = 100, got 101"),
-    (lambda: S.subsampled_shuffle_epsilon(100, 1, 1.0, 1e-6), r"k must be an integer ≥ 2, got 1"),
+    (lambda: S.subsampled_shuffle_epsilon(100, 1, 1.0, 1e-6), r"k=1: must be an integer ≥ 2"),
     (lambda: S.shuffle_rdp_ub1(100, 1.0, [2.0, 1.0]), r"orders must be finite Rényi orders > 1, got 1.0"),
-    (lambda: S.fmt22_pld(100, 1.0, 0.0), r"value_discretization_interval must be a finite number > 0, got 0.0"),
+    (lambda: S.fmt22_pld(100, 1.0, 0.0), r"value_discretization_interval=0.0: must be a number in \(0, inf\)"),
     (lambda: S.kov_composition_epsilon(0.1, 1.0, 2, 1e-6), r"delta1 must lie in \[0, 1\), got 1.0"),
     (lambda: S.compose_approximate_dp(lambda d: 0.1, 2, 1e-6, "kov15"), r"method must be 'kov' or 'drv'"),
 ])

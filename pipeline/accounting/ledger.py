@@ -90,6 +90,10 @@ class LedgerError(ValueError):
     """A recorded call breaks the composition the run claims."""
 
 
+class UnsupportedEventError(LedgerError):
+    """A recorded event that no accountant bounds (refused when the ledger is planned)."""
+
+
 @dataclasses.dataclass
 class _Entry:
     """Consecutive rounds with the same event."""
@@ -137,7 +141,7 @@ class PrivacyLedger:
         return self._rounds
 
     def record(self, round_index: int, first_user: int, stop_user: int, event: PvecDpEvent) -> None:
-        """Records one round's P_vec call.
+        """Records one round's call (P_vec, a companion event, or a plug-in's event).
 
         Args:
           round_index: must be the next round.
@@ -146,9 +150,13 @@ class PrivacyLedger:
           event: the call.
 
         Raises:
-          LedgerError: out-of-order round, overlapping batches in a sequential
-            run, or (paper mode) a call outside Theorem 3.2.
+          LedgerError: an event no accountant supports, out-of-order round,
+            overlapping batches in a sequential run, or (paper mode) a call
+            outside Theorem 3.2.
         """
+        if not (isinstance(event, PvecDpEvent) or mechanisms.supports(event)):
+            raise UnsupportedEventError(f"no accountant supports {type(event).__name__} events: its class must name a "
+                              "pipeline.accounting.mechanisms.CallAccountant as `accountant`, or one must be registered")
         if round_index != self._rounds:
             raise LedgerError(f"round {round_index} recorded after {self._rounds} rounds")
         users = event.population if hasattr(event, "population") else event.users

@@ -24,10 +24,12 @@ Kasiviswanathan 2019 Thm 9) it is used too, and the minimum taken.
 """
 from __future__ import annotations
 
+import abc
 import collections
 import dataclasses
 import functools
 import math
+from typing import Any
 
 import numpy as np
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
@@ -60,6 +62,56 @@ class CallCurve:
             return count * self.pure_epsilon
         converted = rdp_to_dp(ORDERS, count * self.rdp, delta).epsilon
         return min(converted, count * self.pure_epsilon) if self.pure_epsilon is not None else converted
+
+
+class CallAccountant(abc.ABC):
+    """Accounts one family of companion events: what one call costs in each mode.
+
+    An event family names its accountant as the event class's attribute
+    `accountant` (a plug-in protocol's event does; nothing here changes), or an
+    accountant is registered with `register`. The ledger composes the curves:
+    curves of calls over the same users are added, disjoint calls compose in
+    parallel, and one conversion gives ε (pipeline.accounting.ledger).
+    """
+
+    @abc.abstractmethod
+    def supports(self, event: Any) -> bool:
+        """Whether this accountant can bound `event`."""
+
+    @abc.abstractmethod
+    def paper_call(self, event: Any) -> CallCurve:
+        """The event's own paper's bound on one call (an RDP curve at ORDERS, or a pure ε)."""
+
+    def tight_call(self, event: Any) -> CallCurve:
+        """The tightest valid bound on one call (default: the paper's)."""
+        return self.paper_call(event)
+
+
+_REGISTERED: list[CallAccountant] = []
+
+
+def register(accountant: CallAccountant) -> None:
+    """Adds an accountant consulted before the built-in ones."""
+    if accountant not in _REGISTERED:
+        _REGISTERED.append(accountant)
+
+
+def accountant_for(event: Any) -> CallAccountant | None:
+    """The plug-in accountant of `event`: a registered one that supports it, or its class's `accountant`."""
+    for accountant in _REGISTERED:
+        if accountant.supports(event):
+            return accountant
+    declared = getattr(type(event), "accountant", None)
+    return declared if isinstance(declared, CallAccountant) and declared.supports(event) else None
+
+
+BUILT_IN_EVENTS = (ExactSumDpEvent, GaussianSumDpEvent, LocalDpEvent, NoisyMaxDpEvent, PoissonGaussianDpEvent,
+                   ShuffleGaussianDpEvent, ShuffleLdpDpEvent)
+
+
+def supports(event: Any) -> bool:
+    """Whether some accountant here (built-in or plug-in) bounds `event`."""
+    return isinstance(event, BUILT_IN_EVENTS) or accountant_for(event) is not None
 
 
 def _mixture(rate_in: float, size_weights: list[tuple[float, np.ndarray]]) -> np.ndarray:
@@ -115,7 +167,13 @@ def paper_call(event) -> CallCurve:
 
     Returns:
       The call's curve.
+
+    Raises:
+      TypeError: no accountant supports the event (the ledger refuses it when recorded).
     """
+    plugged = accountant_for(event)
+    if plugged is not None:
+        return plugged.paper_call(event)
     if isinstance(event, ExactSumDpEvent):
         return CallCurve(None, math.inf, "exact statistic: no privacy")
     if isinstance(event, LocalDpEvent):
@@ -166,6 +224,9 @@ def tight_call(event) -> CallCurve:
     Returns:
       The call's curve.
     """
+    plugged = accountant_for(event)
+    if plugged is not None:
+        return plugged.tight_call(event)
     paper = paper_call(event)
     if isinstance(event, (ExactSumDpEvent, LocalDpEvent, NoisyMaxDpEvent)):
         if isinstance(event, ExactSumDpEvent):

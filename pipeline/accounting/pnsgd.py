@@ -37,10 +37,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import numbers
 
 import numpy as np
 from scipy import integrate, special
+
+from pipeline.accounting import arguments
 
 NOISES = ("gaussian", "laplace")
 SCHEDULES = ("fixed", "calibrated", "online")
@@ -81,32 +82,16 @@ def _fail(name, value, rule):
 
 
 def _finite(name, value, low=None, *, strict=True):
-    """A real number, finite, above `low` (strictly unless strict=False)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)):
-        _fail(name, value, "must be a finite real number")
-    value = float(value)
-    if low is not None and (value <= low if strict else value < low):
-        _fail(name, value, f"must be {'>' if strict else '≥'} {low:g}")
-    return value
+    """A finite real number above `low` (strictly unless strict=False)."""
+    return arguments.real(name, value, -math.inf if low is None else low, low_open=strict)
 
 
 def _integer(name, value, low):
-    """An integer ≥ low; integral floats (1e6 from a config) are accepted."""
-    if isinstance(value, bool):
-        _fail(name, value, "must be an integer")
-    integral_float = isinstance(value, numbers.Real) and math.isfinite(float(value)) and float(value).is_integer()
-    if not (isinstance(value, numbers.Integral) or integral_float):
-        _fail(name, value, "must be an integer")
-    value = int(value)
-    if value < low:
-        _fail(name, value, f"must be ≥ {low}")
-    return value
+    return arguments.integer(name, value, low)
 
 
 def _choice(name, value, options):
-    if value not in options:
-        _fail(name, value, f"must be one of {options}")
-    return value
+    return arguments.choice(name, value, options)
 
 
 def _array(name, value, low, *, strict):

@@ -31,6 +31,7 @@ from fractions import Fraction
 import numpy as np
 from scipy.special import gammaln
 
+from pipeline.accounting import arguments
 from pipeline.accounting.rdp import rdp_to_dp
 
 VARIANTS = ("shuffle", "subsampled", "checkin")
@@ -45,12 +46,7 @@ _CONVERSION = "converted by seed 004 eq. (4) (Canonne–Kamath–Steinke 2020 Pr
 
 
 def _integer(name: str, value, minimum: int, maximum: int | None = None) -> int:
-    """`value` as a Python int, or ValueError naming the parameter and the rule."""
-    is_int = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-    if not is_int or value < minimum or (maximum is not None and value > maximum):
-        rule = f"≥ {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise ValueError(f"{name}={value!r}: must be an integer {rule}")
-    return int(value)
+    return arguments.integer(name, value, minimum, maximum)
 
 
 def _is_real(value) -> bool:
@@ -58,18 +54,12 @@ def _is_real(value) -> bool:
 
 
 def _sigma(sigma) -> float:
-    """σ as a float, or ValueError: must be a finite number > 0."""
-    if not (_is_real(sigma) and math.isfinite(sigma) and sigma > 0.0):
-        raise ValueError(f"sigma={sigma!r}: must be a finite number > 0")
-    return float(sigma)
+    return arguments.real("sigma", sigma, 0.0)
 
 
 def _open_unit(name: str, value, closed_right: bool = False) -> float:
-    """A float in (0, 1) (or (0, 1] when closed_right), or ValueError."""
-    interval = "(0, 1]" if closed_right else "(0, 1)"
-    if not (_is_real(value) and (0.0 < value < 1.0 or (closed_right and value == 1.0))):
-        raise ValueError(f"{name}={value!r}: must be a number in {interval}")
-    return float(value)
+    """A number in (0, 1), or (0, 1] when closed_right."""
+    return arguments.real(name, value, 0.0, 1.0, high_open=not closed_right)
 
 
 def _lambda_max(lambda_max) -> int:

@@ -21,6 +21,7 @@ from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from scipy import special, stats
 
+from pipeline.accounting import arguments
 from pipeline.accounting.paper import advanced_composition
 from pipeline.accounting.rdp import DEFAULT_ORDERS, rdp_to_dp
 
@@ -38,33 +39,19 @@ _MAX_COMPOSED_BINS = 2**23
 # ---------------------------------------------------------------------------------------
 
 def _integer(name: str, value, minimum: int) -> int:
-    """An integer parameter ≥ minimum (integral floats such as 1e6 are accepted)."""
-    integral = not isinstance(value, bool) and isinstance(value, numbers.Real) and (
-        isinstance(value, numbers.Integral) or (math.isfinite(value) and float(value).is_integer()))
-    if not integral or int(value) < minimum:
-        raise ValueError(f"{name} must be an integer ≥ {minimum}, got {value!r}")
-    return int(value)
+    return arguments.integer(name, value, minimum)
 
 
 def _eps0(eps0) -> float:
-    """ε0 as a float, refusing anything but a finite number > 0."""
-    if isinstance(eps0, bool) or not isinstance(eps0, numbers.Real) or not (math.isfinite(eps0) and eps0 > 0):
-        raise ValueError(f"eps0 must be a finite number > 0, got {eps0!r}")
-    return float(eps0)
+    return arguments.real("eps0", eps0, 0.0)
 
 
 def _positive(name: str, value) -> float:
-    """A finite number > 0 as a float."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return float(value)
+    return arguments.real(name, value, 0.0)
 
 
 def _delta(delta, name: str = "delta") -> float:
-    """δ as a float, refusing anything outside (0, 1)."""
-    if isinstance(delta, bool) or not isinstance(delta, numbers.Real) or not 0.0 < delta < 1.0:
-        raise ValueError(f"{name} must lie in (0, 1), got {delta!r}")
-    return float(delta)
+    return arguments.real(name, delta, 0.0, 1.0)
 
 
 def _orders(orders) -> np.ndarray:

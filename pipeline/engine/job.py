@@ -7,6 +7,7 @@ import functools
 from pipeline.engine.layout import BlockLayout
 from pipeline.optimizers.base import Optimizer, Schedule, with_dropouts
 from pipeline.problems.base import Problem
+from pipeline.protocols.base import Protocol
 
 EXACT = "exact"
 LITERAL = "literal"
@@ -20,7 +21,7 @@ class RunJob:
     Attributes:
       problem: the SCO problem.
       optimizer: the resolved optimizer.
-      protocol: the protocol (e.g. pipeline.protocols.CjmpVec()).
+      protocol: the protocol, planning for the run's accounting mode.
       seed: the run's seed.
       n_users: n.
       block_size: users per block (part of the results' identity).
@@ -30,7 +31,7 @@ class RunJob:
 
     problem: Problem
     optimizer: Optimizer
-    protocol: object
+    protocol: Protocol
     seed: int
     n_users: int
     block_size: int

@@ -11,8 +11,7 @@ import numpy as np
 from pipeline.engine.job import EXACT, RunJob
 from pipeline.engine.layout import NOISE_STREAM, stream
 from pipeline.engine.rounds import RoundRecord, execute_rounds
-from pipeline.optimizers.base import RoundPlan
-from pipeline.protocols.cjmp import PartialCounts, PvecParams, ShuffledCounts
+from pipeline.protocols.base import RoundPlan
 
 Messages = tuple[np.ndarray, np.ndarray]
 
@@ -43,18 +42,18 @@ class ShardPool(abc.ABC):
         """Shard.run_rounds on one shard."""
 
     @abc.abstractmethod
-    def total_counts(self, plan: RoundPlan, params: PvecParams, theta: np.ndarray) -> PartialCounts:
+    def total_counts(self, plan: RoundPlan, params: Any, theta: np.ndarray) -> Any:
         """Exact mode: the round's total over every shard, merged among the
         shards so that the driver receives the total only (DESIGN §3)."""
 
     @abc.abstractmethod
-    def shuffle_messages(self, plan: RoundPlan, params: PvecParams, theta: np.ndarray) -> list[Messages]:
+    def shuffle_messages(self, plan: RoundPlan, params: Any, theta: np.ndarray) -> list[Messages]:
         """Literal mode: every shard's messages through the two-stage shuffle."""
 
     def close(self) -> None:
         """Releases the shards."""
 
-    def collect(self, plan: RoundPlan, params: PvecParams, theta: np.ndarray) -> ShuffledCounts:
+    def collect(self, plan: RoundPlan, params: Any, theta: np.ndarray) -> Any:
         """The analyzer's statistic of a round that spans shards."""
         protocol = self.job.protocol
         if self.job.simulation == EXACT:

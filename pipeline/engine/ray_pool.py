@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import time
+import types
 
 import ray
+from ray import cloudpickle
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -15,11 +18,37 @@ from pipeline.engine.job import RunJob
 from pipeline.engine.pool import ShardPool
 from pipeline.engine.shard import Shard
 
+
+
+def ship_plugins(job: RunJob) -> None:
+    """Makes the job's plug-in classes (defined outside this package) travel
+    with it by value, so that workers need not import their modules: a
+    one-file plug-in runs on a cluster without being installed there.
+
+    Called wherever the job is pickled again (driver, run task, shard actors):
+    a class that arrived by value has no module there, so a stand-in module is
+    registered under its name to keep it travelling by value."""
+    for obj in (job.problem.unsmoothed, job.optimizer, job.protocol):
+        name = type(obj).__module__
+        if name.split(".")[0] == __name__.split(".")[0]:
+            continue
+        module = sys.modules.setdefault(name, types.ModuleType(name))
+        cloudpickle.register_pickle_by_value(module)
+
+
+class _RayShard(Shard):
+    """A shard in a Ray actor: it keeps plug-in classes travelling by value."""
+
+    def __init__(self, job: RunJob, first_block: int, stop_block: int):
+        ship_plugins(job)
+        super().__init__(job, first_block, stop_block)
+
+
 # A shard actor that dies (node loss, OOM kill) is restarted: its constructor
 # regenerates the users from the run's seed, and the interrupted call is
 # retried. Rounds are pure functions of (state, rounds) and of streams keyed by
 # (round, block), so the retried result is bit-identical.
-ShardActor = ray.remote(max_restarts=3, max_task_retries=3)(Shard)
+ShardActor = ray.remote(max_restarts=3, max_task_retries=3)(_RayShard)
 
 
 def ensure_ray() -> None:
@@ -39,6 +68,7 @@ class RayPool(ShardPool):
     def __init__(self, job: RunJob, shards: int):
         super().__init__(job, shards)
         ensure_ray()
+        ship_plugins(job)
         cpus = ray.cluster_resources().get("CPU", 1.0)
         # Ray resolves fractions to 1e-4; round down so the shares fit the cluster.
         per_actor = math.floor(min(1.0, cpus / len(self.shard_blocks)) * 1e4) / 1e4
@@ -118,6 +148,7 @@ class RayExecutor:
         return max(2, int(ray.cluster_resources().get("CPU", 1)))
 
     def submit(self, key, job: RunJob, shards: int) -> None:
+        ship_plugins(job)
         self._pending[_execute.remote(job, shards)] = key
 
     def next_done(self):

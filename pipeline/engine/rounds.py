@@ -8,11 +8,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pipeline.optimizers.base import RoundPlan
-from pipeline.protocols.cjmp import PvecParams, ShuffledCounts
+from pipeline.protocols.base import RoundPlan
 
 # (plan, protocol parameters, θ) → the analyzer's statistic of the round.
-Collect = Callable[[RoundPlan, PvecParams, np.ndarray], ShuffledCounts]
+Collect = Callable[[RoundPlan, Any, np.ndarray], Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,7 +20,7 @@ class RoundRecord:
     with (for the ledger), and the released model's loss."""
 
     plan: RoundPlan
-    params: PvecParams
+    params: Any
     users: int
     excess_loss: float
     population_loss: float

@@ -11,9 +11,8 @@ from pipeline.engine.job import RunJob
 from pipeline.engine.layout import (DATA_STREAM, NOISE_STREAM, PERMUTE_STREAM, ROUND_STREAM, SCATTER_STREAM,
                                     sampled_users, stream)
 from pipeline.engine.rounds import RoundRecord, execute_rounds
-from pipeline.optimizers.base import DATA, RoundPlan
 from pipeline.problems.smoothed import MoreauSmoothed
-from pipeline.protocols.cjmp import PartialCounts, PvecParams, RoundingWorkspace
+from pipeline.protocols.base import DATA, RoundPlan
 
 # Users per chunk: about 2^16 user-coordinates, so a chunk's buffers stay in
 # cache. Depends on d only, so the random draws do not depend on the sharding.
@@ -42,7 +41,7 @@ class Shard:
         # Each block's data come from its own stream: the same whatever the sharding.
         # Filled block by block: peak memory is the data plus one block.
         # (rows, users): d rows, or d + 1 for labelled data (features, then the label).
-        self.data = np.empty((getattr(job.problem, "data_dim", job.problem.dim), self.stop_user - self.first_user))
+        self.data = np.empty((job.problem.data_dim, self.stop_user - self.first_user))
         for block in self.blocks:
             first, stop = layout.block_users(block)
             self.data[:, first - self.first_user: stop - self.first_user] = job.problem.sample(
@@ -50,7 +49,7 @@ class Shard:
         self.dim = job.problem.dim
         self._step = chunk_users(self.dim)
         self._buffer = np.empty(self.dim * self._step)
-        self._work = RoundingWorkspace(self._step, self.dim)
+        self._work = job.protocol.workspace(self._step, self.dim)
 
     def users(self) -> int:
         """How many users this shard holds (also a readiness probe for actors)."""
@@ -98,7 +97,7 @@ class Shard:
             block_first, block_stop = self.job.layout.block_users(block)
             yield block, slice(max(first, block_first) - self.first_user, min(stop, block_stop) - self.first_user)
 
-    def partial_counts(self, plan: RoundPlan, params: PvecParams, theta: np.ndarray) -> PartialCounts | None:
+    def partial_counts(self, plan: RoundPlan, params: Any, theta: np.ndarray) -> Any:
         """Exact mode: this shard's users' share of the round's statistic.
 
         Blocks are merged here, so nothing finer than a shard's total leaves it.
@@ -120,7 +119,7 @@ class Shard:
         ]
         return self.job.protocol.merge(parts) if parts else None
 
-    def merge(self, *partials: PartialCounts | None) -> PartialCounts:
+    def merge(self, *partials: Any) -> Any:
         """Adds the shards' partials of a round, so that only the total goes
         to the analyzer (used on one shard actor)."""
         return self.job.protocol.merge(part for part in partials if part is not None)
@@ -142,7 +141,7 @@ class Shard:
 
         return execute_rounds(self.job, state, start, stop, collect)
 
-    def literal_scatter(self, plan: RoundPlan, params: PvecParams, theta: np.ndarray,
+    def literal_scatter(self, plan: RoundPlan, params: Any, theta: np.ndarray,
                         destinations: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Literal mode, shuffle stage 1: this shard's users' labelled bits,
         each sent to a uniformly random destination shard.

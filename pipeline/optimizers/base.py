@@ -17,11 +17,14 @@ from typing import Any, Callable, ClassVar
 
 import numpy as np
 
+from pipeline.options import Option
 from pipeline.problems.base import Problem
+from pipeline.protocols.base import DATA, GRADIENTS, PRIVACY_MODELS, RoundPlan
 
-GRADIENTS = "gradients"  # users send ∇ℓ(θ, x) at the queried θ
-DATA = "data"  # users send their raw points (mean estimation)
-
+# What a RoundGroup passes on to each of its rounds' plans unchanged.
+_PLAN_FIELDS = tuple(field.name for field in dataclasses.fields(RoundPlan)
+                     if field.name not in ("round", "first_user", "stop_user", "inputs"))
+OVERRIDES = ("rounds", "batch_size", "step_size")  # optimizer.<override> fields every optimizer may take
 
 @dataclasses.dataclass(frozen=True)
 class RoundGroup:
@@ -71,39 +74,6 @@ class RoundGroup:
 
 
 @dataclasses.dataclass(frozen=True)
-class RoundPlan:
-    """One round: its population [first_user, stop_user), who of them answer
-    (all, or a fresh sample), the budget and the input kind."""
-
-    round: int
-    first_user: int
-    stop_user: int
-    epsilon: float
-    delta: float
-    norm_bound: float
-    inputs: str
-    folds: int = 1
-    sampling: str = "all"
-    sample_size: int = 0
-    rate: float = 0.0
-    noise_std: float = 0.0
-    noisy_max: tuple = ()
-    honest_fraction: float = 1.0
-    smoothing: float = 0.0
-
-    @property
-    def population(self) -> int:
-        """The users the round may ask."""
-        return self.stop_user - self.first_user
-
-    @property
-    def users(self) -> int:
-        """The users the call is planned for: the sample size when sampled
-        uniformly, else the population (a Poisson sample's size is random)."""
-        return self.sample_size if self.sampling == "uniform" else self.population
-
-
-@dataclasses.dataclass(frozen=True)
 class Schedule:
     """The whole run's rounds, known before any data is read.
 
@@ -146,11 +116,8 @@ class Schedule:
         at = bisect.bisect_right(self._starts, round_index) - 1
         group = self.groups[at]
         first = group.first_user + (round_index - self._starts[at]) * group.user_stride
-        return RoundPlan(
-            round_index, first, first + group.users, group.epsilon, group.delta, group.norm_bound, self.inputs,
-            group.folds, group.sampling, group.sample_size, group.rate, group.noise_std, group.noisy_max,
-            group.honest_fraction, group.smoothing,
-        )
+        return RoundPlan(round=round_index, first_user=first, stop_user=first + group.users, inputs=self.inputs,
+                         **{name: getattr(group, name) for name in _PLAN_FIELDS})
 
 
 def with_dropouts(schedule: Schedule, honest_fraction: float) -> Schedule:
@@ -173,10 +140,10 @@ def protocol_mean_mse(protocol, accounting: str, users: int, dim: int, epsilon: 
     Returns:
       The mean's squared error from the protocol alone.
     """
-    if protocol is None:
-        from pipeline.protocols import cjmp  # the default protocol of seed 000
+    if protocol is None:  # the shuffle model's default protocol
+        from pipeline.protocols import DEFAULT_PROTOCOL, PROTOCOLS
 
-        return cjmp.mean_mse(accounting, users, dim, epsilon, delta, norm_bound, folds)
+        protocol = PROTOCOLS[DEFAULT_PROTOCOL["shuffle"]](accounting)
     return protocol.mean_mse(users, dim, epsilon, delta, norm_bound, folds)
 
 
@@ -208,17 +175,78 @@ def best_batch_size(n_users: int, bound: Callable[[int], float]) -> int:
 
 
 class Optimizer(abc.ABC):
-    """An SCO algorithm as pure functions of explicit state.
+    """An SCO algorithm as pure functions of explicit state (the optimizer contract).
 
     Subclasses are frozen dataclasses holding their resolved hyperparameters.
+    The engine calls `schedule()` once, before any data is read, to plan the
+    run's ledger; then per round `query(state)` → (users' inputs through the
+    protocol) → `update(state, noisy_mean)` → `output(state)` for the metrics.
+
+    What the engine guarantees an optimizer:
+      - `update` receives only the analyzer's estimate of the round's mean
+        input, never a per-user value (DESIGN §3, the trust boundary);
+      - state may be carried to the shard that holds the next rounds' users and
+        back (it must be picklable), and the results are bit-identical for any
+        sharding and on both backends;
+      - the protocol, its options and the accounting mode are fixed for the run.
+
+    What an optimizer must guarantee:
+      - `schedule` is data-independent and says every round's population,
+        budget and norm bound: the ledger is planned from it and checked
+        against what ran;
+      - `query`, `update` and `output` are pure functions of their arguments
+        (randomness only from `start(seed)`'s state).
+
+    Class attributes (declared capabilities, read by the runner's pairing rules):
+      name: the short name (`optimizer.name`).
+      options: its own options (config fields optimizer.<name>), passed to from_config.
+      overrides: which of OVERRIDES (optimizer.rounds, batch_size, step_size) it takes.
+      requires: protocol capabilities it needs (see pipeline.protocols.base.CAPABILITIES).
+      privacy_models: the privacy models it runs under (None: any).
+      samples_users: its rounds sample users afresh (needs a protocol that accounts sampling).
+      final_iterate_only: only its last iterate may be released (round metrics: final).
+      sends: GRADIENTS or DATA, what users put through the protocol.
     """
 
     name: ClassVar[str]
+    options: ClassVar[tuple[Option, ...]] = ()
+    overrides: ClassVar[frozenset[str]] = frozenset(OVERRIDES)
+    requires: ClassVar[frozenset[str]] = frozenset()
+    privacy_models: ClassVar[tuple[str, ...]] = PRIVACY_MODELS
+    samples_users: ClassVar[bool] = False
+    final_iterate_only: ClassVar[bool] = False
+    sends: ClassVar[str] = GRADIENTS
     problem: Problem
+
+    @classmethod
+    @abc.abstractmethod
+    def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
+                    rounds: int | None = None, batch_size: int | None = None, step_size: float | None = None,
+                    accounting: str = "paper", parameters: str = "paper", protocol: Any = None,
+                    **options: Any) -> "Optimizer":
+        """Resolves the hyperparameters of a run from its config.
+
+        Args:
+          problem: the run's problem (its constants L, β, λ, D, d).
+          n_users: n.
+          epsilon, delta: the run's target: the whole run spends at most this.
+          rounds, batch_size, step_size: the config's overrides (None: the theorem's value);
+            only those in `overrides` are ever passed.
+          accounting: "paper" or "tight".
+          parameters: "paper" (the theorem's formulas) or "calibrated".
+          protocol: the run's protocol (its mean_mse / sum_mse calibrate step sizes).
+          **options: the declared options the config sets.
+
+        Returns:
+          The resolved optimizer.
+
+        Raises:
+          ConfigError: a combination the algorithm cannot run, naming the field.
+        """
 
     @abc.abstractmethod
     def schedule(self) -> Schedule:
-        """The data-independent round schedule."""
+        """The data-independent round schedule (the ledger is planned from it)."""
 
     @abc.abstractmethod
     def init(self) -> Any:
@@ -231,11 +259,21 @@ class Optimizer(abc.ABC):
 
     @abc.abstractmethod
     def query(self, state: Any) -> np.ndarray:
-        """The point θ at which this round's users evaluate their gradients."""
+        """The point θ at which this round's users evaluate their gradients
+        (shape (d,), or (2, d) for a gradient difference at two points)."""
 
     @abc.abstractmethod
-    def update(self, state: Any, noisy_mean: np.ndarray) -> Any:
-        """The next state, from the analyzer's estimate of the round's mean input."""
+    def update(self, state: Any, noisy_mean: np.ndarray | None) -> Any:
+        """The next state, from the analyzer's estimate of the round's mean input.
+
+        Args:
+          state: the state before the round.
+          noisy_mean: the estimate, shape (d,); None when nobody answered (a
+            sampled round can be empty): the state must advance its clock anyway.
+
+        Returns:
+          The state after the round.
+        """
 
     @abc.abstractmethod
     def output(self, state: Any) -> np.ndarray:
@@ -243,7 +281,7 @@ class Optimizer(abc.ABC):
 
     @abc.abstractmethod
     def hyperparameters(self) -> dict[str, float | int]:
-        """The resolved hyperparameters (batch size, rounds, step size, ...)."""
+        """The resolved hyperparameters (batch size, rounds, step size, ...), logged as resolved.*."""
 
     @abc.abstractmethod
     def theory_rate(self) -> float:

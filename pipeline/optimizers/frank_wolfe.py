@@ -14,6 +14,7 @@ from pipeline.accounting.ledger import SEQUENTIAL
 from pipeline.errors import ConfigError
 from pipeline.optimizers.base import Optimizer, RoundGroup, Schedule
 from pipeline.problems.base import Problem
+from pipeline.protocols.base import NOISY_MAX
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +108,7 @@ class FrankWolfeL1(Optimizer):
     scale: float
     accounting: str = "paper"
     name: ClassVar[str] = "frank_wolfe_l1"
-    protocols: ClassVar[tuple] = ("report_noisy_max",)
+    requires: ClassVar[frozenset] = frozenset({NOISY_MAX})
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,

@@ -46,6 +46,7 @@ class FullGD(AveragedProjectedDescent):
     gradient_noise: float = 0.0
     distance: float | None = None
     name: ClassVar[str] = "full_gd"
+    overrides: ClassVar[frozenset] = frozenset({"rounds", "step_size"})  # every user, every round
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,

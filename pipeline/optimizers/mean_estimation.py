@@ -33,6 +33,8 @@ class MeanEstimation(Optimizer):
     accounting: str = "paper"
     protocol: object = None
     name: ClassVar[str] = "mean_estimation"
+    overrides: ClassVar[frozenset] = frozenset()
+    sends: ClassVar[str] = DATA
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
@@ -41,7 +43,7 @@ class MeanEstimation(Optimizer):
                     parameters: str = "paper", protocol=None) -> "MeanEstimation":
         """One round over all users; rounds, batch_size and step_size do not apply, and
         there is nothing for `parameters` to calibrate."""
-        if getattr(problem, "data_dim", problem.dim) != problem.dim:
+        if problem.data_dim != problem.dim:
             raise ConfigError("optimizer.name", cls.name, f"estimates the mean of unlabelled points; {problem.name} "
                               "data carry labels")
         return cls(problem, n_users, epsilon, delta, accounting, protocol)

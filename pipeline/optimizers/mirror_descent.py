@@ -11,6 +11,7 @@ import numpy as np
 from pipeline.errors import ConfigError
 from pipeline.optimizers.sampled_sgd import SampledSGD
 from pipeline.problems.base import Problem
+from pipeline.protocols.base import GAUSSIAN_SUM
 
 
 class SimplexState(NamedTuple):
@@ -40,7 +41,7 @@ class MirrorDescentL1(SampledSGD):
     """
 
     name: ClassVar[str] = "mirror_descent_l1"
-    protocols: ClassVar[tuple] = ("central_gaussian", "shuffle_gaussian", "none")
+    requires: ClassVar[frozenset] = frozenset({GAUSSIAN_SUM})
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,

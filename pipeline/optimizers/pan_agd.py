@@ -10,6 +10,7 @@ from pipeline.optimizers.base import RoundGroup, Schedule
 from pipeline.optimizers.seq_agd import PAPER, SeqAGD
 from pipeline.accounting.ledger import SEQUENTIAL
 from pipeline.problems.base import Problem
+from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE
 
 
 def pan_noise(lipschitz: float, batch_size: int, epsilon: float, delta: float) -> float:
@@ -35,7 +36,7 @@ class PanAGD(SeqAGD):
     """
 
     name: ClassVar[str] = "pan_agd"
-    protocols: ClassVar[tuple] = ("central_gaussian",)
+    requires: ClassVar[frozenset] = frozenset({CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE})
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,

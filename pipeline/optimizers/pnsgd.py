@@ -15,6 +15,7 @@ from pipeline.optimizers import theory
 from pipeline.optimizers.base import Optimizer, RoundGroup, Schedule
 from pipeline.optimizers.sampled_sgd import LastIterateState
 from pipeline.problems.base import Problem
+from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +45,7 @@ class PNSGD(Optimizer):
     sigma: float
     accounting: str = "paper"
     name: ClassVar[str] = "pnsgd"
-    protocols: ClassVar[tuple] = ("central_gaussian",)
+    requires: ClassVar[frozenset] = frozenset({CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE})
     final_iterate_only: ClassVar[bool] = True
 
     @classmethod

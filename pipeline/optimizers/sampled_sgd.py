@@ -29,7 +29,9 @@ from pipeline.optimizers import theory
 from pipeline.optimizers.averaged import AveragedProjectedDescent
 from pipeline.optimizers.base import GRADIENTS, Optimizer, RoundGroup, RoundPlan, Schedule
 from pipeline.optimizers.seq_sgd import SeqSGD
+from pipeline.options import Option, choice
 from pipeline.problems.base import Problem
+from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE
 
 
 class LastIterateState(NamedTuple):
@@ -169,8 +171,9 @@ class DpSGD(AveragedProjectedDescent):
     step_size: float
     sampling: str = "poisson"
     name: ClassVar[str] = "dp_sgd"
-    protocols: ClassVar[tuple] = ("central_gaussian",)
-    options: ClassVar[tuple] = ("sampling",)
+    requires: ClassVar[frozenset] = frozenset({CENTRAL_GAUSSIAN_NOISE})
+    options: ClassVar[tuple] = (Option("sampling", choice(("poisson", "shuffled")),
+                                       "Poisson batches (default), or one pass over disjoint shuffled batches"),)
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
@@ -218,7 +221,7 @@ class SGD(SeqSGD):
     given), averaged iterate, η = D/(L√T): the non-private baseline."""
 
     name: ClassVar[str] = "sgd"
-    protocols: ClassVar[tuple] = ("none",)
+    privacy_models: ClassVar[tuple] = ("none",)
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import abc
+from typing import ClassVar
 
 import numpy as np
+
+from pipeline.options import Option
 
 
 def ball_projection(theta: np.ndarray, radius: float) -> np.ndarray:
@@ -14,10 +17,29 @@ def ball_projection(theta: np.ndarray, radius: float) -> np.ndarray:
 
 class Problem(abc.ABC):
     """A loss ℓ(θ, x) over a convex domain Θ, with a data distribution whose
-    population loss and optimum are known exactly.
+    population loss and optimum are known exactly (the problem contract).
 
     Blocks of users are arrays of shape (dim, count): users along the last
     axis, so that per-coordinate work runs over long contiguous rows.
+
+    Subclasses are constructed as `cls(dim=d, radius=R, **options)`, on the
+    driver and again in every shard (the object is pickled to the shards).
+
+    What the engine guarantees a problem: `sample` is called once per block of
+    users, with that block's own generator keyed by (seed, block), inside the
+    shard that holds the block; the data never leave the shard.
+
+    What a problem must guarantee: `sample` depends only on its generator and
+    count (so any sharding gives the same users); `gradients` has ℓ2 norm at
+    most `lipschitz` on Θ (protocols clip to that bound, so a wrong constant
+    biases, it never leaks); `population_loss` and `optimum` are exact or
+    documented high-precision values (every excess loss is measured with them).
+
+    Class attributes:
+      name: the short name (`problem.name`).
+      options: its options (config fields problem.<name>), passed to the constructor.
+      data_kind: "real", or "binary" for points in {0, 1}^d (protocols declare
+        which kinds they encode).
 
     Attributes (the constants the theorems of seed 000 need):
       dim: d, the dimension of θ and of the data.
@@ -29,6 +51,8 @@ class Problem(abc.ABC):
     """
 
     name: str
+    options: ClassVar[tuple[Option, ...]] = ()
+    data_kind: ClassVar[str] = "real"
     dim: int
     lipschitz: float
     smoothness: float
@@ -93,6 +117,11 @@ class Problem(abc.ABC):
     def excess_loss(self, theta: np.ndarray) -> float:
         """Excess population loss F(θ) − F(θ*)."""
         return self.population_loss(theta) - self.population_loss(self.optimum)
+
+    @property
+    def data_dim(self) -> int:
+        """Rows of a user's data point: d, or more for labelled data (features, then the label)."""
+        return self.dim
 
     @property
     def unsmoothed(self) -> "Problem":

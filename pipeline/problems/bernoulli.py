@@ -28,7 +28,7 @@ class Bernoulli(Problem):
     dim: int
     radius: float
     name: ClassVar[str] = "bernoulli"
-    binary_data: ClassVar[bool] = True
+    data_kind: ClassVar[str] = "binary"
 
     @property
     def lipschitz(self) -> float:

@@ -55,6 +55,10 @@ class MoreauSmoothed(Problem):
         return self.base.dim
 
     @property
+    def data_dim(self) -> int:
+        return self.base.data_dim
+
+    @property
     def lipschitz(self) -> float:
         return 2.0 * self.base.lipschitz
 

@@ -23,9 +23,12 @@ import functools
 import math
 from typing import Iterable
 
+import attr
 import numpy as np
 
 from pipeline.accounting import pvec_tight
+from pipeline.accounting.events import PvecDpEvent
+from pipeline.protocols.base import PlanError, Protocol
 from pipeline.protocols.sampling import binomial_above_floor, noise_sampler, split_mean
 
 # The exact sampler keeps 256·g in 32 bits (see _rounded_sum).
@@ -362,22 +365,6 @@ def encode_block(params: PvecParams, chunks: Iterable[np.ndarray], rng: np.rando
     return PartialCounts(users, rounded + noise, floor_total)
 
 
-def merge(partials: Iterable[PartialCounts]) -> PartialCounts:
-    """Adds partials exactly (any order gives the same total).
-
-    Args:
-      partials: at least one partial.
-
-    Returns:
-      Their total.
-    """
-    partials = list(partials)
-    ones = partials[0].ones_above_floor.copy()
-    for part in partials[1:]:
-        ones += part.ones_above_floor
-    return PartialCounts(sum(p.users for p in partials), ones, sum(p.floor_total for p in partials))
-
-
 def finish(params: PvecParams, total: PartialCounts) -> ShuffledCounts:
     """The analyzer's statistic from a call's total: #ones − n·b_noise·p per
     coordinate, with the public centre subtracted exactly.
@@ -489,3 +476,90 @@ def mean_mse(accounting: str, users: int, dim: int, epsilon: float, delta: float
 def literal_messages(params: PvecParams) -> int:
     """Messages a literal-mode call materializes: n·d·(g + b_noise)."""
     return params.users * params.messages_per_user
+
+
+class CjmpVec(Protocol):
+    """P_vec of seed 000 (Algorithm 2, Theorem 3.2) as the engine drives it.
+
+    Args:
+      accounting: "paper" plans by Theorem 3.2; "tight" calibrates the noise
+        with the proven bound of pipeline.accounting.pvec_tight.
+    """
+
+    name = "cjmp_vec"
+    model = "shuffle"
+    supports_literal = True
+    supports_robust = True
+    supports_audit = True
+
+    def plan(self, round_plan, dim: int) -> PvecParams:
+        """The parameters of one round's call.
+
+        Args:
+          round_plan: the round (users, ε, δ, Δ₂, folds; see protocols.base.RoundPlan).
+          dim: d.
+
+        Returns:
+          The parameters.
+        """
+        if round_plan.honest_fraction < 1.0:
+            return self._robust_plan(round_plan, dim)
+        return plan(self.accounting, round_plan.users, dim, round_plan.epsilon, round_plan.delta,
+                    round_plan.norm_bound, round_plan.folds)
+
+    def _robust_plan(self, round_plan, dim: int) -> PvecParams:
+        """Robust mode (seed 000 Appendix A.3): the round's population is planned for, its
+        sample of honest users sends. Paper: Theorem 3.2 at γε, which Corollary A.9 makes
+        (ε, δ) with a γ fraction honest. Tight: the noise calibrated for the honest users
+        alone, each of the population sending that many noise bits."""
+        population, honest = round_plan.population, round_plan.users
+        if self.accounting == "paper":
+            fraction = honest / population
+            params = plan("paper", population, dim, round_plan.epsilon * fraction, round_plan.delta,
+                          round_plan.norm_bound, round_plan.folds)
+        else:
+            params = dataclasses.replace(plan("tight", honest, dim, round_plan.epsilon, round_plan.delta,
+                                              round_plan.norm_bound, round_plan.folds), users=population)
+        return dataclasses.replace(params, honest_users=honest)
+
+    @staticmethod
+    def event(params: PvecParams, block_size: int) -> PvecDpEvent:
+        """The privacy event of one call (the noise sampler depends on the block size)."""
+        copied = {field.name: getattr(params, field.name)
+                  for field in attr.fields(PvecDpEvent) if field.name != "noise_sampler"}
+        return PvecDpEvent(**copied, noise_sampler=params.noise_sampler(block_size))
+
+    def encode_block(self, params: PvecParams, chunks, rng: np.random.Generator, work=None) -> PartialCounts:
+        return encode_block(params, chunks, rng, work)
+
+    def finish(self, params: PvecParams, total: PartialCounts, rng=None) -> ShuffledCounts:
+        """The analyzer's statistic (no central noise: `rng` is unused)."""
+        return finish(params, total)
+
+    def decode(self, params: PvecParams, counts: ShuffledCounts) -> np.ndarray:
+        """Analyzer A_vec; with dropouts it decodes the users whose messages arrived (their count is public)."""
+        if params.honest_users is not None:
+            params = dataclasses.replace(params, users=counts.users)
+        return decode(params, counts)
+
+    def sum_mse(self, params: PvecParams) -> float:
+        return mse_bound(params)
+
+    def workspace(self, users: int, dim: int) -> RoundingWorkspace:
+        return RoundingWorkspace(users, dim)
+
+    def check_call(self, params: PvecParams, literal: bool) -> None:
+        """Refuses a precision beyond the exact sampler and literal calls too large to materialize."""
+        if params.g > MAX_PRECISION:
+            raise PlanError("problem.radius", f"needs P_vec precision g = ⌈2Δ₂√n⌉ = {params.g} above {MAX_PRECISION} "
+                            "(the exact sampler's limit); lower the radius or the users per round")
+        if literal and literal_messages(params) > LITERAL_MAX_MESSAGES:
+            raise PlanError("execution.simulation",
+                            f"would materialize {literal_messages(params):.3g} messages (limit "
+                            f"{LITERAL_MAX_MESSAGES:.0e}); use exact, or fewer users, smaller dim or larger epsilon")
+
+    def encode_messages(self, params: PvecParams, vectors: np.ndarray, rng: np.random.Generator):
+        return encode_messages(params, vectors, rng)
+
+    def count_messages(self, params: PvecParams, labels: np.ndarray, bits: np.ndarray) -> ShuffledCounts:
+        return count_messages(params, labels, bits)

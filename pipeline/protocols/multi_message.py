@@ -17,7 +17,9 @@ import numpy as np
 
 from pipeline.accounting import mechanisms
 from pipeline.accounting.events import ShuffleLdpDpEvent
+from pipeline.options import Option, integer
 from pipeline.protocols import girgis
+from pipeline.protocols.base import BINARY, DATA, PlanError, Protocol
 
 _BUDGET_RANGE = (1e-3, 64.0)  # local budgets v searched; above 64 the flip probability is below 1e-28
 
@@ -53,8 +55,12 @@ class Histograms:
     counts: np.ndarray
 
 
-class GirgisProtocol:
-    """One of seed 001's randomizers as a shuffle protocol (the interface of CjmpVec).
+LEVELS = Option("levels", integer(1, 16), "m, the bit planes of the randomizer (seed 001)")
+MESSAGES = Option("messages", integer(1), "s, the messages per level (default min(d, 64))")
+
+
+class GirgisProtocol(Protocol):
+    """One of seed 001's randomizers as a shuffle protocol.
 
     Args:
       accounting: "paper" or "tight", the ledger mode the budget is calibrated for.
@@ -63,17 +69,11 @@ class GirgisProtocol:
     """
 
     kind = ""
-    name = ""
     model = "shuffle"
-    supports_literal = False
     supports_sampling = True
 
     def __init__(self, accounting: str = "paper", levels: int | None = None, messages: int | None = None):
-        if self.kind in ("binary", "l1") and levels not in (None, 1):
-            raise TypeError("levels")
-        if self.kind == "l1" and messages not in (None, 1):
-            raise TypeError("messages")
-        self.accounting = accounting
+        super().__init__(accounting)
         self.levels = levels or 1
         self.messages = messages
 
@@ -85,19 +85,21 @@ class GirgisProtocol:
         """The call's parameters, with v calibrated to the round's budget.
 
         Raises:
-          ValueError: the budget cannot be met, or binary inputs are not data.
+          PlanError: binary inputs are not data, or m or s does not fit the randomizer.
+          ValueError: the budget cannot be met.
         """
-        if self.kind == "binary" and round_plan.inputs != "data":
-            raise ValueError("girgis_binary encodes binary vectors: it runs with mean_estimation on binary data only")
-        return _plan(self.kind, self.accounting, self.levels, self.messages, round_plan.users, round_plan.population,
-                     round_plan.sampling, round_plan.rate, dim, self.radius(dim, round_plan.norm_bound),
-                     round_plan.epsilon, round_plan.delta, round_plan.folds)
-
-    def mean_mse(self, users: int, dim: int, epsilon: float, delta: float, norm_bound: float, folds: int = 1) -> float:
-        """E‖estimated mean − mean‖² of one unsampled call, at the randomizer's worst input."""
-        call = _plan(self.kind, self.accounting, self.levels, self.messages, users, users, "all", 0.0, dim,
-                     self.radius(dim, norm_bound), epsilon, delta, folds)
-        return self.sum_mse(call) / users**2
+        if self.kind == "binary" and round_plan.inputs != DATA:
+            raise PlanError("privacy.protocol", "girgis_binary encodes binary vectors: it runs with mean_estimation "
+                            "on binary data only")
+        try:
+            return _plan(self.kind, self.accounting, self.levels, self.messages, round_plan.users,
+                         round_plan.population, round_plan.sampling, round_plan.rate, dim,
+                         self.radius(dim, round_plan.norm_bound), round_plan.epsilon, round_plan.delta, round_plan.folds)
+        except ValueError as error:  # the randomizer names its own bad option (m or s) first
+            option = next((key for key in ("levels", "messages") if str(error).startswith(key)), None)
+            if option is None:
+                raise
+            raise PlanError(f"privacy.{option}", str(error)) from None
 
     @staticmethod
     def sum_mse(call: GirgisCall) -> float:
@@ -119,29 +121,11 @@ class GirgisProtocol:
         return Histograms(users, counts)
 
     @staticmethod
-    def merge(partials: Iterable[Histograms]) -> Histograms:
-        partials = list(partials)
-        counts = partials[0].counts.copy()
-        for part in partials[1:]:
-            counts += part.counts
-        return Histograms(sum(p.users for p in partials), counts)
-
-    @staticmethod
-    def finish(call: GirgisCall, total: Histograms, rng=None) -> Histograms:
-        """The analyzer's statistic is the shuffled streams' histograms themselves."""
-        return total
-
-    @staticmethod
     def decode(call: GirgisCall, statistic: Histograms) -> np.ndarray:
         """The unbiased estimate of Σ_i x_i (the thesis's analyzers, without the 1/n)."""
         if statistic.users == 0:
             return np.zeros(call.randomizer.dim)
         return girgis.decode(call.randomizer, statistic.counts)
-
-    @staticmethod
-    def released_count(call: GirgisCall, statistic: Histograms) -> int:
-        """The number of reports that arrived (the shuffler reveals it)."""
-        return statistic.users
 
 
 def _event(randomizer: girgis.GirgisParams, users: int, population: int, sampling: str, rate: float):
@@ -178,9 +162,28 @@ def _plan(kind: str, accounting: str, levels: int, messages: int | None, users: 
     return GirgisCall(build(lo), users, population, sampling, rate)
 
 
-def _protocol(kind: str) -> type:
-    return type(f"Girgis{kind.capitalize()}", (GirgisProtocol,), {"kind": kind, "name": f"girgis_{kind}",
-                                                                 "__doc__": f"Seed 001's {kind} randomizer, shuffled."})
+class GirgisBinary(GirgisProtocol):
+    """Seed 001's binary randomizer (vectors in {0, 1}^d), shuffled."""
+
+    kind, name, options, data_kinds = "binary", "girgis_binary", (MESSAGES,), frozenset({BINARY})
 
 
-GIRGIS_PROTOCOLS = tuple(_protocol(kind) for kind in girgis.KINDS)
+class GirgisL1(GirgisProtocol):
+    """Seed 001's ℓ1 randomizer, shuffled."""
+
+    kind, name = "l1", "girgis_l1"
+
+
+class GirgisLinf(GirgisProtocol):
+    """Seed 001's ℓ∞ randomizer, shuffled."""
+
+    kind, name, options = "linf", "girgis_linf", (LEVELS, MESSAGES)
+
+
+class GirgisL2(GirgisProtocol):
+    """Seed 001's ℓ2 randomizer, shuffled."""
+
+    kind, name, options = "l2", "girgis_l2", (LEVELS, MESSAGES)
+
+
+GIRGIS_PROTOCOLS = (GirgisBinary, GirgisL1, GirgisLinf, GirgisL2)

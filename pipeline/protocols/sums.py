@@ -21,6 +21,7 @@ import numpy as np
 from scipy import special
 
 from pipeline.accounting import mechanisms
+from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE, GAUSSIAN_SUM, NOISY_MAX, Protocol
 from pipeline.accounting.events import (ExactSumDpEvent, GaussianSumDpEvent, LocalDpEvent, NoisyMaxDpEvent,
                                         PoissonGaussianDpEvent, ShuffleGaussianDpEvent)
 
@@ -155,8 +156,8 @@ def _reports(params: SumParams, inputs: np.ndarray, rng: np.random.Generator) ->
     return inputs
 
 
-class SumProtocol:
-    """The engine's view of a sum protocol (the interface of CjmpVec).
+class SumProtocol(Protocol):
+    """A protocol whose statistic is a (noisy) sum of clipped reports in fixed point.
 
     Subclasses set `name`, `model` and `_event`; those whose noise is not a
     Gaussian σ override `_calibrate`.
@@ -165,14 +166,8 @@ class SumProtocol:
       accounting: "paper" or "tight": the ledger mode the noise is calibrated for.
     """
 
-    name = ""
-    model = ""
-    supports_literal = False
+    capabilities = frozenset({FIXED_NOISE})
     supports_sampling = True
-    releases_count = True  # the analyzer sees how many reports arrived
-
-    def __init__(self, accounting: str = "paper"):
-        self.accounting = accounting
 
     def plan(self, round_plan, dim: int) -> SumParams:
         """The parameters of one round's call (noise calibrated to the round's budget).
@@ -187,7 +182,7 @@ class SumProtocol:
         Raises:
           ValueError: the budget cannot be met.
         """
-        if getattr(round_plan, "noise_std", 0.0) > 0.0 or getattr(round_plan, "noisy_max", ()):
+        if round_plan.noise_std > 0.0 or round_plan.noisy_max:
             # The optimizer fixes the noise (PNSGD's σ, Frank–Wolfe's selections).
             params = SumParams(self.name, round_plan.users, round_plan.population, round_plan.sampling,
                                round_plan.rate, dim, round_plan.norm_bound, sigma=round_plan.noise_std,
@@ -196,11 +191,6 @@ class SumProtocol:
         return _plan(type(self), self.accounting, round_plan.users, round_plan.population, round_plan.sampling,
                      round_plan.rate, dim, round_plan.epsilon, round_plan.delta, round_plan.norm_bound,
                      round_plan.folds)
-
-    def mean_mse(self, users: int, dim: int, epsilon: float, delta: float, norm_bound: float, folds: int = 1) -> float:
-        """E‖estimate of the mean − mean‖² of one unsampled call (calibrated parameters)."""
-        params = _plan(type(self), self.accounting, users, users, ALL, 0.0, dim, epsilon, delta, norm_bound, folds)
-        return self.sum_mse(params) / users**2
 
     @staticmethod
     def sum_mse(params: SumParams) -> float:
@@ -246,15 +236,6 @@ class SumProtocol:
             raise OverflowError(f"a block sum of {params.protocol} left the fixed-point range")
         return FixedPointSum(users, units.astype(np.int64))
 
-    @staticmethod
-    def merge(partials: Iterable[FixedPointSum]) -> FixedPointSum:
-        """Adds partials exactly (any order gives the same total)."""
-        partials = list(partials)
-        units = partials[0].units.copy()
-        for part in partials[1:]:
-            units += part.units
-        return FixedPointSum(sum(p.users for p in partials), units)
-
     def finish(self, params: SumParams, total: FixedPointSum, rng: np.random.Generator) -> ReleasedSum:
         """The analyzer's statistic: the exact total, plus central noise if the protocol adds it."""
         released = total.units.astype(np.float64) * params.quantum
@@ -265,9 +246,6 @@ class SumProtocol:
         """The estimate of Σ_i x_i (every protocol here is unbiased on the ball)."""
         return statistic.total
 
-    def released_count(self, params: SumParams, statistic: ReleasedSum) -> float:
-        """What the estimate of the sum is divided by to estimate the mean."""
-        return statistic.users
 
 
 class ExactSum(SumProtocol):
@@ -275,6 +253,7 @@ class ExactSum(SumProtocol):
 
     name = "none"
     model = "none"
+    capabilities = frozenset({FIXED_NOISE, GAUSSIAN_SUM})
 
     @staticmethod
     def _event(params: SumParams) -> ExactSumDpEvent:
@@ -296,6 +275,7 @@ class CentralGaussian(SumProtocol):
 
     name = "central_gaussian"
     model = "central"
+    capabilities = frozenset({FIXED_NOISE, GAUSSIAN_SUM, CENTRAL_GAUSSIAN_NOISE})
 
     @staticmethod
     def _event(params: SumParams):
@@ -320,6 +300,7 @@ class ShuffleGaussian(SumProtocol):
 
     name = "shuffle_gaussian"
     model = "shuffle"
+    capabilities = frozenset({FIXED_NOISE, GAUSSIAN_SUM})
 
     @classmethod
     def _largest_total(cls, params: SumParams) -> float:
@@ -343,6 +324,7 @@ class ReportNoisyMax(SumProtocol):
 
     name = "report_noisy_max"
     model = "central"
+    capabilities = frozenset({FIXED_NOISE, NOISY_MAX})
     supports_sampling = False
 
     @staticmethod

@@ -1,5 +1,17 @@
-"""Result sinks: MLflow and Parquet (the only layer importing mlflow or writing Parquet)."""
-from pipeline.tracking.mlflow_tracker import MlflowTracker, ui_command
-from pipeline.tracking.parquet_store import FAILED, FINISHED, ParquetStore
+"""Result sinks: MLflow and Parquet (the only layer importing mlflow or writing Parquet).
 
-__all__ = ["FAILED", "FINISHED", "MlflowTracker", "ParquetStore", "ui_command"]
+The names below load on first use (PEP 562): mlflow alone takes seconds to import,
+and `ParquetStore` does not need it.
+"""
+from typing import TYPE_CHECKING
+
+import lazy_loader
+
+if TYPE_CHECKING:  # for type checkers and editors; at run time __getattr__ below
+    from pipeline.tracking.mlflow_tracker import MlflowTracker, ui_command
+    from pipeline.tracking.parquet_store import FAILED, FINISHED, ParquetStore
+
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "mlflow_tracker": ["MlflowTracker", "ui_command"],
+    "parquet_store": ["FAILED", "FINISHED", "ParquetStore"],
+})

@@ -26,6 +26,12 @@ SERVER_PROBE_TIMEOUT_S = 5
 RUN_ID_TAG = "run_id"
 FOLDER_TAG = "results_folder"
 REPORT_TAG = "pipeline_report"
+# MLflow 3's experiment kind: model training (runs table), not GenAI (traces).
+# The 3.17 UI routes by its sidebar switch instead (README, MLflow).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
+# Kinds the UI guesses or leaves unset; a user's explicit choice is kept.
+_UNCHOSEN_KINDS = ("", "no_inferred_type", "genai_development_inferred", "custom_model_development_inferred")
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -81,14 +87,18 @@ class MlflowTracker:
             if found is None:
                 # Artifacts beside a SQLite file, not in the working directory.
                 location = (database.parent / "mlartifacts").as_uri() if database is not None else None
-                self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+                self.experiment_id = self.client.create_experiment(
+                    experiment, artifact_location=location, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING})
             else:
                 self.experiment_id = found.experiment_id
+                if found.tags.get(EXPERIMENT_KIND_TAG, "") in _UNCHOSEN_KINDS:
+                    self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
         except Exception as err:  # MLflow raises many types; report them as one line
             first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ConfigError("tracking.mlflow_uri", uri, f"cannot open the MLflow store ({first_line})") from None
 
-    def start(self, run_id: str, name: str, params: dict[str, object], folder: str) -> str:
+    def start(self, run_id: str, name: str, params: dict[str, object], folder: str,
+              tags: dict[str, str] | None = None) -> str:
         """Starts the MLflow run of a pipeline run, deleting stale attempts.
 
         The caller starts only runs that the Parquet store does not hold as
@@ -102,6 +112,7 @@ class MlflowTracker:
           name: the run's display name.
           params: flattened parameters.
           folder: the resolved results folder the run is recorded in.
+          tags: further run tags (for the UI's group-by and filters).
 
         Returns:
           The MLflow run id.
@@ -110,7 +121,8 @@ class MlflowTracker:
         for run in stale:
             if run.data.tags.get(FOLDER_TAG) == folder:
                 self.client.delete_run(run.info.run_id)
-        run = self.client.create_run(self.experiment_id, run_name=name, tags={RUN_ID_TAG: run_id, FOLDER_TAG: folder})
+        run_tags = {**(tags or {}), RUN_ID_TAG: run_id, FOLDER_TAG: folder}
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=run_tags)
         items = [Param(key, str(value)) for key, value in params.items() if value is not None]
         for at in range(0, len(items), PARAMS_PER_BATCH):
             self.client.log_batch(run.info.run_id, params=items[at:at + PARAMS_PER_BATCH])

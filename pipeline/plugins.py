@@ -1,0 +1,177 @@
+"""Finds the class a config names: a built-in short name, a short name that an
+installed package registers through an entry point, or `module:Class`
+(shared/DESIGN.md §2, "Extension contracts").
+
+Entry-point groups, one per kind:
+  shuffle_sco.problems, shuffle_sco.protocols, shuffle_sco.optimizers
+
+Every class is checked against its contract (base class, abstract members
+implemented, declared attributes well-formed) before any work starts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import os
+import pathlib
+import sys
+from typing import Callable
+
+from pipeline.options import Option
+
+KINDS = ("problem", "protocol", "optimizer")
+
+
+class PluginError(ValueError):
+    """A name that does not resolve to a class satisfying its contract (the message is the rule)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """One kind of plug-in: its base class, its built-ins and its entry-point group."""
+
+    base: type
+    builtins: dict[str, type]
+    group: str
+    check: Callable[[type], None]
+
+
+def _check_problem(cls: type) -> None:
+    if not isinstance(getattr(cls, "name", None), str):
+        raise PluginError(f"{cls.__qualname__} must set `name` (a string)")
+
+
+def _check_protocol(cls: type) -> None:
+    from pipeline.protocols.base import CAPABILITIES, PRIVACY_MODELS
+
+    if not isinstance(getattr(cls, "name", None), str):
+        raise PluginError(f"{cls.__qualname__} must set `name` (a string)")
+    if cls.model not in PRIVACY_MODELS:
+        raise PluginError(f"{cls.__qualname__}.model = {cls.model!r} must be one of {', '.join(PRIVACY_MODELS)}")
+    unknown = set(cls.capabilities) - set(CAPABILITIES)
+    if unknown:
+        raise PluginError(f"{cls.__qualname__}.capabilities {sorted(unknown)}: known are {', '.join(CAPABILITIES)}")
+
+
+def _check_optimizer(cls: type) -> None:
+    from pipeline.protocols.base import CAPABILITIES
+
+    if not isinstance(getattr(cls, "name", None), str):
+        raise PluginError(f"{cls.__qualname__} must set `name` (a string)")
+    if "from_config" not in {name for klass in cls.__mro__[:-1] for name in vars(klass)} or \
+            getattr(cls.from_config, "__isabstractmethod__", False):
+        raise PluginError(f"{cls.__qualname__} must define the classmethod from_config")
+    unknown = set(cls.requires) - set(CAPABILITIES)
+    if unknown:
+        raise PluginError(f"{cls.__qualname__}.requires {sorted(unknown)}: known are {', '.join(CAPABILITIES)}")
+
+
+@functools.cache
+def kinds() -> dict[str, Kind]:
+    """The three kinds, their bases and built-ins (imported on first use)."""
+    from pipeline.optimizers import OPTIMIZERS
+    from pipeline.optimizers.base import Optimizer
+    from pipeline.problems import PROBLEMS
+    from pipeline.problems.base import Problem
+    from pipeline.protocols import PROTOCOLS
+    from pipeline.protocols.base import Protocol
+
+    return {
+        "problem": Kind(Problem, PROBLEMS, "shuffle_sco.problems", _check_problem),
+        "protocol": Kind(Protocol, PROTOCOLS, "shuffle_sco.protocols", _check_protocol),
+        "optimizer": Kind(Optimizer, OPTIMIZERS, "shuffle_sco.optimizers", _check_optimizer),
+    }
+
+
+def _entry_points(group: str) -> dict[str, importlib.metadata.EntryPoint]:
+    return {point.name: point for point in importlib.metadata.entry_points(group=group)}
+
+
+def short_names(kind: str) -> tuple[str, ...]:
+    """The short names a config may use for `kind`: built-ins, then installed entry points."""
+    registered = kinds()[kind]
+    return (*registered.builtins, *sorted(set(_entry_points(registered.group)) - set(registered.builtins)))
+
+
+def _load_module(module_name: str):
+    """Imports a dotted module (from the working directory too, as `python -m` would),
+    or a Python file given by its path ("plugins/my_sgd.py")."""
+    if module_name.endswith(".py"):
+        path = pathlib.Path(module_name).resolve()
+        name = f"shuffle_sco_plugin_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}_{path.stem}"
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or not path.is_file():
+                raise FileNotFoundError(f"no file {path}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module  # dataclasses and pickling look the module up by name
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
+        return sys.modules[name]
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    return importlib.import_module(module_name)
+
+
+def _import(path: str) -> type:
+    module_name, _, attribute = path.rpartition(":")
+    try:
+        module = _load_module(module_name)
+    except Exception as error:  # any import failure is the user's config to fix
+        raise PluginError(f"module {module_name!r} does not import ({type(error).__name__}: {error})") from None
+    found = module
+    for part in attribute.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            raise PluginError(f"module {module_name!r} has no attribute {attribute!r}")
+    return found
+
+
+@functools.cache
+def resolve(kind: str, name: str) -> type:
+    """The class a config's name stands for, checked against its contract.
+
+    Args:
+      kind: "problem", "protocol" or "optimizer".
+      name: a built-in short name, an entry point's name, "package.module:Class"
+        (importable, or from the working directory), or "path/to/file.py:Class".
+
+    Returns:
+      The class.
+
+    Raises:
+      PluginError: the name does not import, or the class breaks its contract.
+    """
+    registered = kinds()[kind]
+    if not isinstance(name, str) or not name:
+        raise PluginError(f"must be one of {', '.join(short_names(kind))}, or module:Class")
+    if name in registered.builtins:
+        return registered.builtins[name]
+    if ":" in name:
+        cls = _import(name)
+    else:
+        point = _entry_points(registered.group).get(name)
+        if point is None:
+            raise PluginError(f"must be one of {', '.join(short_names(kind))}, or module:Class")
+        try:
+            cls = point.load()
+        except Exception as error:
+            raise PluginError(f"entry point {name!r} ({point.value}) does not load "
+                              f"({type(error).__name__}: {error})") from None
+    if not (inspect.isclass(cls) and issubclass(cls, registered.base)):
+        raise PluginError(f"{name} is not a subclass of {registered.base.__module__}.{registered.base.__qualname__}")
+    if inspect.isabstract(cls):
+        missing = ", ".join(sorted(cls.__abstractmethods__))
+        raise PluginError(f"{name} does not implement the contract's abstract members: {missing}")
+    if not all(isinstance(option, Option) for option in getattr(cls, "options", ())):
+        raise PluginError(f"{name}.options must be a tuple of pipeline.options.Option")
+    registered.check(cls)
+    return cls

@@ -1,0 +1,271 @@
+"""The contract every protocol implements, the round plan it is called with,
+and the types the engine moves between shards and the analyzer
+(shared/DESIGN.md §2, "Extension contracts").
+
+A protocol is one local randomizer + shuffler + analyzer family. The engine
+drives it through this class only: it never imports a particular protocol
+module, and the runner's pairing rules read the capabilities declared here.
+
+What the engine guarantees a protocol:
+  - `encode_block` sees one block of users at a time, with a generator keyed
+    by (seed, round, block): the same block gets the same stream whatever the
+    number of shards or the backend;
+  - only the merged total of a call reaches the analyzer (`finish`, `decode`);
+    raw inputs and per-user values never leave the shard (DESIGN §3);
+  - the optimizer sees only `decode`'s estimate divided by `released_count`.
+
+What a protocol must guarantee:
+  - partials are frozen dataclasses whose every field adds exactly (Python
+    ints, integer numpy arrays): `merge` adds them field by field, so totals
+    are bit-identical for any sharding and any order;
+  - `plan` is a pure function of (round plan, d, accounting, options), and
+    `event` states, for the ledger, everything the call spent;
+  - the released statistic and the event agree: the ledger must never report
+    less than was spent.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+import functools
+import operator
+from typing import Any, ClassVar, Iterable
+
+import numpy as np
+
+from pipeline.options import Option
+
+GRADIENTS = "gradients"  # users send ∇ℓ(θ, x) at the queried θ
+DATA = "data"  # users send their raw points (mean estimation)
+
+PRIVACY_MODELS = ("shuffle", "central", "local", "none")
+REAL = "real"  # any vector in the norm ball
+BINARY = "binary"  # vectors in {0, 1}^d
+
+# What an optimizer may require of its protocol (Optimizer.requires), and what protocols declare.
+FIXED_NOISE = "fixed_noise"  # plan() honours RoundPlan.noise_std: the optimizer fixes the noise
+CENTRAL_GAUSSIAN_NOISE = "central_gaussian_noise"  # a curator adds N(0, σ²I) to the exact total
+GAUSSIAN_SUM = "gaussian_sum"  # the released sum is the exact sum plus Gaussian noise (σ ≥ 0)
+NOISY_MAX = "noisy_max"  # the curator releases report-noisy-max selections (RoundPlan.noisy_max)
+CAPABILITIES = (FIXED_NOISE, CENTRAL_GAUSSIAN_NOISE, GAUSSIAN_SUM, NOISY_MAX)
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundPlan:
+    """One round as a protocol call sees it: its population [first_user,
+    stop_user), who of them answer (all, or a fresh sample), the budget and the
+    input kind. Built by the optimizer's schedule, before any data is read.
+
+    Attributes:
+      round: the round's index.
+      first_user, stop_user: the population.
+      epsilon, delta: the call's budget.
+      norm_bound: Δ₂ of the inputs (the randomizer clips to it).
+      inputs: GRADIENTS or DATA.
+      folds: how many calls share this budget by composition.
+      sampling: "all", "uniform" (sample_size of the population) or "poisson" (rate).
+      sample_size, rate: the sampling's parameter.
+      noise_std: > 0 when the optimizer fixes the noise (FIXED_NOISE).
+      noisy_max: the report-noisy-max selections the round feeds (NOISY_MAX).
+      honest_fraction: robust mode's γ (supports_robust).
+      smoothing: > 0 when users send the Moreau envelope's gradient with this β.
+    """
+
+    round: int
+    first_user: int
+    stop_user: int
+    epsilon: float
+    delta: float
+    norm_bound: float
+    inputs: str
+    folds: int = 1
+    sampling: str = "all"
+    sample_size: int = 0
+    rate: float = 0.0
+    noise_std: float = 0.0
+    noisy_max: tuple = ()
+    honest_fraction: float = 1.0
+    smoothing: float = 0.0
+
+    @property
+    def population(self) -> int:
+        """The users the round may ask."""
+        return self.stop_user - self.first_user
+
+    @property
+    def users(self) -> int:
+        """The users the call is planned for: the sample size when sampled
+        uniformly, else the population (a Poisson sample's size is random)."""
+        return self.sample_size if self.sampling == "uniform" else self.population
+
+
+class PlanError(ValueError):
+    """A call that cannot be planned, blamed on the config field that would fix it.
+
+    Args:
+      field: the dotted config field, e.g. "problem.radius".
+      rule: what is wrong and what to do.
+    """
+
+    def __init__(self, field: str, rule: str):
+        self.field = field
+        super().__init__(rule)
+
+
+def add_partials(partials: Iterable[Any]) -> Any:
+    """Adds partial statistics field by field (exact integers: any order, same total).
+
+    Args:
+      partials: at least one partial, all of one frozen dataclass type.
+
+    Returns:
+      Their total.
+    """
+    partials = list(partials)
+    first = partials[0]
+    return dataclasses.replace(first, **{field.name: functools.reduce(operator.add, [getattr(p, field.name)
+                                                                                    for p in partials])
+                                         for field in dataclasses.fields(first)})
+
+
+class Protocol(abc.ABC):
+    """A shuffle (or central, local, non-private) protocol as the engine drives it.
+
+    A call goes: plan (driver and shards, from the round plan) → encode_block
+    (each shard, block by block) → merge (shards, exact) → finish (the
+    analyzer's statistic; central noise here) → decode (the estimated sum).
+
+    Class attributes (the declared capabilities the runner's pairing rules read):
+      name: the short name (`privacy.protocol`).
+      model: the privacy model, one of PRIVACY_MODELS.
+      options: the options it takes (config fields privacy.<name>).
+      capabilities: what optimizers may require (see CAPABILITIES).
+      data_kinds: the kinds of input vectors it can encode (REAL, BINARY).
+      supports_sampling: its events account sampled rounds (uniform, Poisson).
+      supports_literal: encode_messages / count_messages materialize every message.
+      supports_robust: it plans robust mode's dropouts (RoundPlan.honest_fraction < 1).
+      supports_audit: `python -m pipeline audit` can attack its calls.
+
+    Args:
+      accounting: "paper" or "tight", the ledger mode its noise is calibrated for.
+      **options: the declared options' values.
+    """
+
+    name: ClassVar[str]
+    model: ClassVar[str]
+    options: ClassVar[tuple[Option, ...]] = ()
+    capabilities: ClassVar[frozenset[str]] = frozenset()
+    data_kinds: ClassVar[frozenset[str]] = frozenset({REAL})
+    supports_sampling: ClassVar[bool] = False
+    supports_literal: ClassVar[bool] = False
+    supports_robust: ClassVar[bool] = False
+    supports_audit: ClassVar[bool] = False
+
+    def __init__(self, accounting: str = "paper"):
+        self.accounting = accounting
+
+    @abc.abstractmethod
+    def plan(self, round_plan: RoundPlan, dim: int) -> Any:
+        """The parameters of one round's call (noise calibrated to its budget).
+
+        Args:
+          round_plan: the round.
+          dim: d.
+
+        Returns:
+          The call's parameters: a frozen, picklable value.
+
+        Raises:
+          PlanError: the call cannot be planned, naming the config field to change;
+          ValueError: the budget cannot be met (blamed on privacy.accounting).
+        """
+
+    @abc.abstractmethod
+    def event(self, params: Any, block_size: int) -> Any:
+        """The privacy event of one call, for the ledger.
+
+        Args:
+          params: the call's parameters.
+          block_size: users per engine block (may decide a sampler it records).
+
+        Returns:
+          A dp_accounting DpEvent that an accountant of pipeline.accounting supports.
+        """
+
+    @abc.abstractmethod
+    def encode_block(self, params: Any, chunks: Iterable[np.ndarray], rng: np.random.Generator,
+                     work: Any = None) -> Any:
+        """One block of users' share of the call's statistic.
+
+        Args:
+          params: the call.
+          chunks: the block's inputs, (d, users) arrays, each valid only until
+            the next is drawn; the randomizer clips them to its bound.
+          rng: the generator keyed by (seed, round, block).
+          work: this shard's `workspace`, reused across chunks.
+
+        Returns:
+          The block's partial (see the module docstring: fields add exactly).
+        """
+
+    @abc.abstractmethod
+    def decode(self, params: Any, statistic: Any) -> np.ndarray:
+        """The analyzer: the estimated sum of the call's inputs.
+
+        Args:
+          params: the call.
+          statistic: `finish`'s output.
+
+        Returns:
+          float64 array of shape (d,).
+        """
+
+    @abc.abstractmethod
+    def sum_mse(self, params: Any) -> float:
+        """E‖estimated sum − true sum‖² of a call at the worst input (calibrated optimizers use it)."""
+
+    def merge(self, partials: Iterable[Any]) -> Any:
+        """Adds partials exactly (the default adds every field; see add_partials)."""
+        return add_partials(partials)
+
+    def finish(self, params: Any, total: Any, rng: np.random.Generator) -> Any:
+        """The analyzer's statistic from the call's merged total.
+
+        Args:
+          params: the call.
+          total: the merged partial of all its users.
+          rng: the curator's generator, keyed by (seed, round) (central noise only).
+
+        Returns:
+          The statistic; it has `users`, the count of users whose messages arrived.
+        """
+        return total
+
+    def released_count(self, params: Any, statistic: Any) -> float:
+        """What the estimated sum is divided by to estimate the mean (0: nobody answered)."""
+        return statistic.users
+
+    def mean_mse(self, users: int, dim: int, epsilon: float, delta: float, norm_bound: float,
+                 folds: int = 1) -> float:
+        """E‖estimated mean − mean‖² of one unsampled call of `users` users (calibrated parameters)."""
+        plan = RoundPlan(0, 0, users, epsilon, delta, norm_bound, GRADIENTS, folds)
+        return self.sum_mse(self.plan(plan, dim)) / users**2
+
+    def workspace(self, users: int, dim: int) -> Any:
+        """Buffers a shard reuses across chunks of at most `users` users (None: none needed)."""
+        return None
+
+    def check_call(self, params: Any, literal: bool) -> None:
+        """Refuses a planned call the engine cannot run (a sampler's limit, too many literal messages).
+
+        Raises:
+          PlanError: naming the config field to change.
+        """
+
+    def encode_messages(self, params: Any, vectors: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Literal mode: every message of some users, as (labels, bits) (supports_literal only)."""
+        raise NotImplementedError(f"{self.name} does not materialize messages")
+
+    def count_messages(self, params: Any, labels: np.ndarray, bits: np.ndarray) -> Any:
+        """Literal mode: the analyzer's statistic from the shuffled messages (supports_literal only)."""
+        raise NotImplementedError(f"{self.name} does not materialize messages")

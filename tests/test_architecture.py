@@ -1,0 +1,135 @@
+"""The house's walls, read from the imports with `ast` (shared/DESIGN.md §2):
+the only allowed import directions, Ray only in the engine, MLflow and Parquet
+writing only in tracking, no particular protocol named outside protocols/."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "pipeline"
+
+# Layer of every top-level module or folder of the package: a module may import its own
+# layer or a lower one, never a higher one.
+LAYERS = {
+    "errors": 0, "options": 0,
+    "problems": 1, "protocols": 1, "accounting": 1,
+    "optimizers": 2,
+    "engine": 3, "tracking": 3,
+    "plugins": 4, "config": 4, "runner": 4, "report": 4, "audit": 4, "calculator": 4,
+    "cli": 5, "__main__": 5, "__init__": 5,
+}
+# Specific protocol modules (the registry `pipeline.protocols` and the contract `.base` are not).
+PROTOCOL_MODULES = {"cjmp", "girgis", "multi_message", "sums", "sampling"}
+# P_vec's own tools: the audit attacks P_vec calls, the calculator's cjmp-vec command plans them.
+PVEC_TOOLS = {"pipeline/audit.py", "pipeline/calculator.py"}
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    """(imported module, line) for every import in a file, relative imports resolved."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = path.relative_to(REPO).with_suffix("").parts[: -node.level]
+                base = ".".join((*parts, base) if base else parts)
+            found.append((base, node.lineno))
+            found += [(f"{base}.{alias.name}", node.lineno) for alias in node.names]
+    return found
+
+
+def _layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "pipeline" and len(parts) > 1 else None
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(folder.rglob("*.py"))
+
+
+def _violations(rule) -> list[str]:
+    bad = []
+    for path in _files(PACKAGE):
+        where = path.relative_to(REPO).as_posix()
+        for module, line in _imports(path):
+            message = rule(where, path.relative_to(PACKAGE).parts[0].removesuffix(".py"), module)
+            if message:
+                bad.append(f"{where}:{line} imports {module}: {message}")
+    return bad
+
+
+def test_ray_only_in_the_engine():
+    assert _violations(lambda where, layer, module: "ray outside engine/"
+                       if module.split(".")[0] == "ray" and layer != "engine" else None) == []
+
+
+def test_mlflow_and_parquet_writing_only_in_tracking():
+    assert _violations(lambda where, layer, module: "mlflow or a Parquet writer outside tracking/"
+                       if (module.split(".")[0] == "mlflow" or module.startswith("pyarrow.parquet"))
+                       and layer != "tracking" else None) == []
+    writers = [f"{path.relative_to(REPO)}:{node.lineno}" for path in _files(PACKAGE)
+               if path.relative_to(PACKAGE).parts[0] != "tracking"
+               for node in ast.walk(ast.parse(path.read_text()))
+               if isinstance(node, ast.Attribute) and node.attr in ("to_parquet", "write_table")]
+    assert writers == []
+
+
+def test_no_layer_imports_a_higher_one():
+    def rule(where, layer, module):
+        target = _layer_of(module)
+        if target is None or target not in LAYERS or layer not in LAYERS:
+            return None
+        return f"layer {layer} ({LAYERS[layer]}) imports {target} ({LAYERS[target]})" \
+            if LAYERS[target] > LAYERS[layer] else None
+
+    assert _violations(rule) == []
+
+
+def test_no_particular_protocol_outside_protocols():
+    def rule(where, layer, module):
+        parts = module.split(".")
+        names_one = parts[:2] == ["pipeline", "protocols"] and len(parts) > 2 and parts[2] in PROTOCOL_MODULES
+        return "a particular protocol module" if names_one and layer != "protocols" and where not in PVEC_TOOLS else None
+
+    assert _violations(rule) == []
+
+
+def test_engine_imports_no_protocol_module():
+    engine = [module for path in _files(PACKAGE / "engine") for module, _ in _imports(path)
+              if module.startswith("pipeline.protocols") and not module.startswith("pipeline.protocols.base")]
+    assert engine == []
+
+
+def test_bench_does_not_reach_into_engine_internals():
+    private = []
+    for path in _files(REPO / "bench"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pipeline"):
+                private += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+            own = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
+                    and not own:  # a bench's own attributes are its business
+                private.append(f"{path.name}:{node.lineno} .{node.attr}")
+    assert private == []
+
+
+@pytest.mark.parametrize("rule,example", [
+    (test_ray_only_in_the_engine, "import ray\n"),
+    (test_no_particular_protocol_outside_protocols, "from pipeline.protocols import cjmp\n"),
+    (test_no_layer_imports_a_higher_one, "from pipeline import runner\n"),
+])
+def test_each_rule_catches_a_planted_violation(rule, example, tmp_path, monkeypatch):
+    """The checks can fail: a file planted in a pure layer breaks each of them."""
+    planted = PACKAGE / "problems" / "_planted_for_test.py"
+    planted.write_text(example)
+    try:
+        with pytest.raises(AssertionError):
+            rule()
+    finally:
+        planted.unlink()

@@ -1,0 +1,44 @@
+"""Benchmarks that cannot rot: `python -m bench --smoke` runs every benchmark at a tiny
+size, through the pipeline's public entry points, and each prints finite figures."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Every benchmark, in the order `python -m bench` runs them, and a figure of each that
+# README's Performance tables quote: renaming one must update them.
+QUOTED = {
+    "rounds": "round_vs_rng_ceiling", "scaling": "seq_carry_vs_fanout", "tracking": "tracking_overhead_seq_sgd",
+    "memory": "shard_bytes_per_user", "pvec_tight": "pvec_tight_variance_vs_gaussian_d1_eps1_delta1e-06",
+    "composition": "composition_time_ratio_pld_vs_rdp", "shuffle_gaussian": "shuffle_gaussian_series_speedup",
+    "protocols": "protocol_cjmp_vec_encode_vs_rng_ceiling", "startup": "startup_ledger_vs_numpy",
+}
+
+
+def test_every_benchmark_prints_finite_figures():
+    done = subprocess.run([sys.executable, "-m", "bench", "--smoke"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    header, *lines = done.stdout.strip().splitlines()
+    assert header.startswith("machine=") and header.endswith("mode=smoke")
+    figures: dict[str, dict[str, float]] = {}
+    current: dict[str, float] = {}
+    for line in lines:
+        name, _, text = line.partition("=")
+        assert name and text, f"not name=value: {line!r}"
+        value = float(text)
+        assert math.isfinite(value), f"{name} is not finite: {text}"
+        if name.endswith("_bench_s") and name[: -len("_bench_s")] in QUOTED:
+            figures[name[: -len("_bench_s")]] = current
+            current = {}
+        else:
+            assert name not in current, f"{name} printed twice"
+            current[name] = value
+    assert not current, f"figures after the last benchmark: {sorted(current)}"
+    assert list(figures) == list(QUOTED)
+    for bench, printed in figures.items():
+        assert QUOTED[bench] in printed, f"{bench} printed no {QUOTED[bench]}: {sorted(printed)}"

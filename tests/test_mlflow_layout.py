@@ -1,0 +1,106 @@
+"""The MLflow layout: experiment kind, distinct run names, tags, metric history equal to rounds.parquet."""
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from pipeline import cli, config
+from pipeline.tracking.mlflow_tracker import EXPERIMENT_KIND_TAG, MODEL_TRAINING, MlflowTracker
+
+# Two grid points that differ only in the accounting mode; 300 rounds, so every round is logged.
+TINY = """\
+experiment: layout
+problem: {name: quadratic, dim: 3, radius: 1.0}
+n_users: 20000
+optimizer: {name: seq_sgd, rounds: 300}
+privacy: {model: shuffle, protocol: cjmp_vec, epsilon: 8.0, delta: 1.0e-6}
+seeds: [0]
+grid:
+  privacy.accounting: [paper, tight]
+execution: {backend: local, shards: 1, simulation: exact}
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """Runs the tiny grid once; returns its MLflow client, experiment, runs and Parquet tables."""
+    root = tmp_path_factory.mktemp("layout")
+    path = root / "tiny.yaml"
+    path.write_text(TINY)
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    assert cli.main(["run", str(path), "--out", str(root / "results"), "--set", f"tracking.mlflow_uri={uri}"]) == 0
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("layout")
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    return (client, experiment, runs, pd.read_parquet(root / "results" / "runs.parquet"),
+            pd.read_parquet(root / "results" / "rounds.parquet"))
+
+
+def test_metric_history_equals_rounds_parquet_step_for_step(tiny):
+    client, _, runs, table, rounds = tiny
+    assert len(runs) == 2
+    for run in runs:
+        run_id = table.loc[table["mlflow_run_id"] == run.info.run_id, "run_id"].item()
+        mine = rounds[rounds["run_id"] == run_id].sort_values("round")
+        assert len(mine) < 500 and mine["round"].iloc[0] == 0
+        for column in ("excess_loss", "epsilon_spent"):
+            history = sorted(client.get_metric_history(run.info.run_id, column), key=lambda m: m.step)
+            assert [m.step for m in history] == mine["round"].tolist(), column
+            assert [m.value for m in history] == mine[column].astype(float).tolist(), column
+
+
+def test_run_names_are_distinct_when_points_differ_only_in_accounting(tiny):
+    _, _, runs, _, _ = tiny
+    names = {run.info.run_name for run in runs}
+    assert names == {"seq_sgd-paper-n20000-eps8-s0", "seq_sgd-tight-n20000-eps8-s0"}
+
+
+def test_runs_are_tagged_for_group_by_and_filters(tiny):
+    client, experiment, runs, _, _ = tiny
+    for run in runs:
+        tags = run.data.tags
+        assert tags["optimizer"] == "seq_sgd" and tags["protocol"] == "cjmp_vec"
+        assert tags["privacy_model"] == "shuffle" and tags["accounting"] == run.data.params["privacy.accounting"]
+    tight = client.search_runs([experiment.experiment_id], filter_string="tags.accounting = 'tight'")
+    assert [r.info.run_name for r in tight] == ["seq_sgd-tight-n20000-eps8-s0"]
+
+
+def test_experiment_is_a_model_training_experiment(tiny):
+    _, experiment, _, _, _ = tiny
+    assert experiment.tags[EXPERIMENT_KIND_TAG] == MODEL_TRAINING == "custom_model_development"
+
+
+def test_an_existing_experiment_gets_the_kind_unless_the_user_chose_one(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    bare = client.create_experiment("bare")
+    chosen = client.create_experiment("chosen", tags={EXPERIMENT_KIND_TAG: "genai_development"})
+    MlflowTracker(uri, "bare")
+    MlflowTracker(uri, "chosen")
+    assert client.get_experiment(bare).tags[EXPERIMENT_KIND_TAG] == MODEL_TRAINING
+    assert client.get_experiment(chosen).tags[EXPERIMENT_KIND_TAG] == "genai_development"
+
+
+def test_varying_keys_stay_out_of_the_hash_params_and_columns():
+    tree = {"experiment": "e", "n_users": 1000, "grid": {"privacy.accounting": ["paper", "tight"],
+                                                         "problem.dim": [2], "problem.radius": [0.5, 2.0]}}
+    runs = config.expand(tree)
+    assert runs[0].varying == ("privacy.accounting", "problem.radius")  # problem.dim has one value
+    bare = dataclasses.replace(runs[0], varying=())
+    assert bare.config_hash == runs[0].config_hash and bare.flat() == runs[0].flat() and bare == runs[0]
+    assert "varying" not in runs[0].flat() and "varying" not in runs[0].nested()
+    assert [r.display_name() for r in runs] == [
+        "seq_sgd-paper-R0.5-n1000-eps1-s0", "seq_sgd-paper-R2-n1000-eps1-s0",
+        "seq_sgd-tight-R0.5-n1000-eps1-s0", "seq_sgd-tight-R2-n1000-eps1-s0"]
+
+
+def test_long_names_are_bounded_and_stay_distinct():
+    long = ["x" * 150 + "a", "x" * 150 + "b"]
+    runs = [config.RunConfig({"optimizer.name": "seq_sgd", "n_users": 10, "privacy.epsilon": 1.0,
+                              "problem.name": name}, 3, ("problem.name",)) for name in long]
+    names = [r.display_name() for r in runs]
+    assert all(len(n) <= config.NAME_LIMIT for n in names) and len(set(names)) == 2
+    assert all(n.startswith("seq_sgd-xxx") and n.endswith("-n10-eps1-s3") for n in names)

@@ -1,0 +1,240 @@
+"""Plug-ins: a researcher's optimizer, protocol or problem in one file outside
+the package, run from YAML as a user would (shared/DESIGN.md §2, "Extension
+contracts"), and the contracts' refusals of what does not satisfy them."""
+from __future__ import annotations
+
+import math
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import special
+
+from pipeline import cli, config, engine, plugins, runner
+from pipeline.tracking import FINISHED
+
+REPO = Path(__file__).resolve().parent.parent
+MOMENTUM = "experiments/plugins/momentum_sgd.py:MomentumSGD"
+SKELLAM = "experiments/plugins/skellam_sum.py:SkellamSum"
+HUBER = "experiments/plugins/huber_location.py:HuberLocation"
+
+
+@pytest.fixture(autouse=True)
+def _in_repository(monkeypatch):
+    """Plug-in paths (here and in experiments/plugins.yaml) are relative to the repository."""
+    monkeypatch.chdir(REPO)
+
+
+def _module(kind: str, spec: str):
+    """The example's module, loaded the way a config's `path:Class` loads it."""
+    return sys.modules[plugins.resolve(kind, spec).__module__]
+
+
+def _run(tmp_path, monkeypatch, backend: str, shards: int, *extra: str) -> pd.DataFrame:
+    out = tmp_path / f"{backend}{shards}"
+    args = ["run", "experiments/plugins.yaml", "--out", str(out), "--set", f"execution.backend={backend}",
+            "--set", f"execution.shards={shards}", "--set", "n_users=1500", "--set", "seeds=[0]",
+            "--set", "execution.block_size=256", "--set", f"tracking.mlflow_uri=sqlite:///{tmp_path}/m.db", *extra]
+    assert cli.main(args) == 0
+    runs = pd.read_parquet(out / "runs.parquet")
+    assert (runs["status"] == FINISHED).all()
+    rounds = pd.read_parquet(out / "rounds.parquet")
+    return rounds.merge(runs[["run_id", "optimizer.name", "privacy.protocol"]], on="run_id").sort_values(
+        ["optimizer.name", "privacy.protocol", "round"]).reset_index(drop=True)
+
+
+def test_examples_run_from_yaml_bit_identical_on_both_backends_and_any_sharding(tmp_path, monkeypatch, ray_session):
+    local_one = _run(tmp_path, monkeypatch, "local", 1)
+    assert local_one["run_id"].nunique() == 4
+    # The point made of all three plug-ins, on 3 Ray actors (6 blocks of 256 users): the same bits.
+    on_ray = _run(tmp_path, monkeypatch, "ray", 3, "--set", f"grid.optimizer.name=[{MOMENTUM}]",
+                  "--set", f"grid.privacy.protocol=[{SKELLAM}]")
+    same_point = local_one[(local_one["optimizer.name"] == MOMENTUM) & (local_one["privacy.protocol"] == SKELLAM)]
+    assert len(on_ray) == len(same_point) > 0
+    assert same_point["excess_loss"].to_numpy().tobytes() == on_ray["excess_loss"].to_numpy().tobytes()
+    assert same_point["epsilon_spent"].to_numpy().tobytes() == on_ray["epsilon_spent"].to_numpy().tobytes()
+    final = local_one.groupby(["optimizer.name", "privacy.protocol"])["epsilon_spent"].last()
+    assert (final <= 2.0).all() and (final > 1.9).all()  # calibrated to the target, never above it
+    assert set(local_one["optimizer.name"]) == {"seq_sgd", MOMENTUM}
+
+
+def test_momentum_zero_is_seq_sgd_bit_for_bit():
+    plain, momentum = (config.expand({"problem": {"name": HUBER, "dim": 3}, "n_users": 800, "optimizer": tree})[0]
+                       for tree in ({"name": "seq_sgd"}, {"name": MOMENTUM, "momentum": 0.0}))
+    losses = [[r.excess_loss for r in engine.execute(runner.plan_run(run).job, "local", 2)[1]] for run in (plain, momentum)]
+    assert losses[0] == losses[1]
+
+
+def test_an_option_of_another_optimizer_is_one_config_error_line(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"problem: {{name: quadratic, dim: 2}}\nn_users: 500\noptimizer: {{name: seq_sgd, momentum: 0.5}}\n"
+                    f"execution: {{backend: local}}\ntracking: {{out: {tmp_path / 'out'}}}\n")
+    assert cli.main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error: optimizer.momentum = 0.5: unknown field") and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("field,value,rule", [
+    ("optimizer.name", "no_such_module_xyz:Thing", "does not import"),
+    ("optimizer.name", "experiments/plugins/missing.py:Thing", "does not import"),
+    ("optimizer.name", f"{MOMENTUM[:-len('MomentumSGD')]}NoSuchClass", "has no attribute"),
+    ("optimizer.name", HUBER, "is not a subclass of pipeline.optimizers.base.Optimizer"),
+    ("privacy.protocol", "pipeline.protocols.base:Protocol", "does not implement the contract's abstract members"),
+    ("problem.name", "unknown_short_name", "must be one of quadratic"),
+    ("optimizer.momentum", 1.5, "must be a number in [0, 1)"),
+    ("problem.threshold", -1, "must be a number in (0, inf)"),
+])
+def test_a_plugin_that_does_not_satisfy_its_contract_is_refused_before_work(tmp_path, monkeypatch, capsys,
+                                                                             field, value, rule):
+    out = tmp_path / "out"
+    args = ["run", "experiments/plugins.yaml", "--out", str(out), "--set", f"{field}={value}",
+            "--set", f"tracking.mlflow_uri=sqlite:///{tmp_path}/m.db", "--set", "execution.backend=local"]
+    if field.startswith("optimizer."):
+        args += ["--set", f"grid.optimizer.name=[{MOMENTUM}]"] if field == "optimizer.momentum" else [
+            "--set", f"grid.optimizer.name=[{value}]"]
+    if field == "privacy.protocol":
+        args += ["--set", f"grid.privacy.protocol=[{value}]"]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and rule in err, err
+    assert not out.exists() and not (tmp_path / "m.db").exists()
+
+
+def test_an_event_no_accountant_supports_is_refused_at_planning(tmp_path):
+    """A protocol whose event has no accountant: one config error naming the protocol, before any run."""
+    module = tmp_path / "unaccounted.py"
+    module.write_text(textwrap.dedent('''
+        import attr
+        from dp_accounting import dp_event
+        from pipeline.protocols.sums import CentralGaussian
+
+        @attr.s(frozen=True, slots=True, auto_attribs=True)
+        class MysteryEvent(dp_event.DpEvent):
+            users: int
+            population: int
+
+        class Unaccounted(CentralGaussian):
+            name = "unaccounted"
+
+            def event(self, params, block_size):
+                return MysteryEvent(params.users, params.population)
+    '''))
+    run = config.expand({"n_users": 200, "optimizer": {"name": "seq_sgd"},
+                         "privacy": {"protocol": f"{module}:Unaccounted"}})[0]
+    with pytest.raises(config.ConfigError, match="privacy.protocol .* no accountant supports MysteryEvent"):
+        runner.plan_run(run)
+
+
+def test_a_short_name_registered_by_an_installed_package_entry_point(tmp_path, monkeypatch):
+    """An installed distribution's entry point in shuffle_sco.optimizers names a class by a short name."""
+    (tmp_path / "my_sgd_pkg.py").write_text((REPO / "experiments/plugins/momentum_sgd.py").read_text())
+    dist = tmp_path / "my_sgd_pkg-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-sgd-pkg\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[shuffle_sco.optimizers]\nheavy_ball = my_sgd_pkg:MomentumSGD\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugins.resolve.cache_clear()
+    try:
+        assert "heavy_ball" in plugins.short_names("optimizer")
+        run = config.expand({"n_users": 400, "optimizer": {"name": "heavy_ball", "momentum": 0.3}})[0]
+        assert runner.plan_run(run).job.optimizer.momentum == 0.3
+    finally:
+        plugins.resolve.cache_clear()
+
+
+# ---- the Skellam example's accountant against exact Rényi divergences ----
+
+def _skellam_logpmf(k: np.ndarray, mu: float) -> np.ndarray:
+    """log P(Sk(μ, μ) = k) = log Σ_j Pois_μ(j + |k|) Pois_μ(j), in log space (no underflow in the tails)."""
+    j = np.arange(0, int(4 * mu + 60 * math.sqrt(mu) + 200))[:, None]
+    size = np.abs(k)[None, :]
+    terms = (2 * j + size) * math.log(mu) - special.gammaln(j + 1) - special.gammaln(j + size + 1) - 2 * mu
+    return special.logsumexp(terms, axis=0)
+
+
+def _skellam_divergences(shift: int, mu: float, orders: np.ndarray) -> np.ndarray:
+    """D_α(Sk(μ, μ) ‖ Sk(μ, μ) + shift) at each order, summed over a window widened until its
+    edge terms are negligible (both pmfs read from one table of log P(k))."""
+    half = int(12 * math.sqrt(2 * mu) + 4 * abs(shift) + 40)
+    while True:
+        table = _skellam_logpmf(np.arange(-half - abs(shift), half + abs(shift) + 1), mu)
+        log_p = table[abs(shift): abs(shift) + 2 * half + 1]  # k = −half … half
+        log_q = table[abs(shift) - shift: abs(shift) - shift + 2 * half + 1]  # k − shift
+        terms = orders[:, None] * log_p + (1 - orders[:, None]) * log_q
+        total = special.logsumexp(terms, axis=1)
+        if np.all(np.maximum(terms[:, 0], terms[:, -1]) < total - 40):  # all but e^-40 of each sum inside
+            return total / (orders - 1)
+        half *= 2
+
+
+@pytest.mark.parametrize("mu", [20.0, 400.0])
+@pytest.mark.parametrize("shifts", [(1,), (4,), (3, -2, 1), (6, 6)])
+def test_skellam_rdp_bound_is_above_the_exact_divergence_and_near_it(mu, shifts):
+    accountant = _module("protocol", SKELLAM)
+    orders = np.array([2.0, 4.0, 16.0, 64.0])
+    l1, l2 = float(sum(map(abs, shifts))), math.sqrt(sum(s * s for s in shifts))
+    bound = accountant.skellam_rdp(l1, l2, mu, orders)
+    # A product of independent coordinates: the divergences add.
+    exact = sum(_skellam_divergences(s, mu, orders) for s in shifts)
+    assert np.all(exact <= bound)
+    gaussian = orders * l2**2 / (4 * mu)  # the Gaussian of the same variance 2μ, a lower envelope
+    assert np.all(bound <= gaussian + 3 * l1 / (4 * mu) + 1e-12)
+    if mu >= 400:
+        assert np.all(bound <= 1.15 * exact)  # tight where the noise is large
+
+
+def test_skellam_noise_has_the_planned_variance():
+    """The released sum's noise is Sk(μ, μ): variance 2μ per coordinate (a noise that were too small leaks)."""
+    module = _module("protocol", SKELLAM)
+    protocol = module.SkellamSum("tight", scale=64.0)
+    from pipeline.protocols.base import RoundPlan
+
+    params = protocol.plan(RoundPlan(0, 0, 1000, 1.0, 1e-6, 1.0, "gradients"), 50)
+    # 50,000 coordinates: 5 SE of the sample variance is 3% of it, so 10% too little noise fails.
+    draws = np.array([protocol.decode(params, protocol.encode_block(params, [np.zeros((50, 1000))],
+                                                                     np.random.default_rng(seed)))
+                      for seed in range(1000)]).ravel() * params.scale
+    variance = 2 * params.mu
+    # Var of the sample variance: σ⁴(2/(m−1) + κ/m), with Skellam's excess kurtosis κ = 1/(2μ).
+    m = draws.size
+    se = variance * math.sqrt(2 / (m - 1) + 1 / (2 * params.mu) / m)
+    assert abs(draws.var(ddof=1) - variance) < 5 * se
+    assert abs(draws.mean()) < 5 * math.sqrt(variance / m)
+
+
+def test_huber_population_loss_is_the_average_over_every_data_point():
+    """The closed form against brute force over the 2^d support, and θ* a minimizer."""
+    module = _module("problem", HUBER)
+    problem = module.HuberLocation(dim=3, radius=1.0, threshold=0.15)
+    signs = np.array(np.meshgrid(*[[-1.0, 1.0]] * 3)).reshape(3, -1)
+    points = problem.center[:, None] + problem.spread * signs
+    rng = np.random.default_rng(0)
+    for theta in [problem.optimum, *rng.uniform(-0.5, 0.5, (5, 3))]:
+        brute = np.mean(module.huber(theta[:, None] - points, 0.15).sum(axis=0))
+        assert problem.population_loss(theta) == pytest.approx(brute, rel=1e-13)
+        assert problem.excess_loss(theta) >= 0.0
+    grads = problem.gradients(rng.uniform(-0.5, 0.5, 3), points)
+    assert np.linalg.norm(grads, axis=0).max() <= problem.lipschitz + 1e-12
+    # The prox is the minimizer of h(θ' − x) + ‖θ' − θ‖²/(2t): its optimality condition holds coordinate-wise.
+    theta, step = rng.uniform(-0.5, 0.5, 3), 0.7
+    prox = problem.prox(theta, points, step)
+    residual = np.clip(prox - points, -0.15, 0.15) + (prox - theta[:, None]) / step
+    assert np.abs(residual).max() < 1e-12
+
+
+def test_readme_option_tables_are_the_declarations():
+    """The README's option tables are generated from the classes' declarations, not written by hand."""
+    from pipeline.options import options_table
+
+    readme = (REPO / "README.md").read_text()
+    shown = readme.split("<!-- options:begin -->\n")[1].split("\n<!-- options:end -->")[0]
+    tables = []
+    for kind, section in (("optimizer", "optimizer"), ("protocol", "privacy"), ("problem", "problem")):
+        classes = [cls for cls in plugins.kinds()[kind].builtins.values() if cls.options]
+        if classes:
+            tables.append(options_table(classes, section))
+    assert shown == "\n\n".join(tables)
