@@ -25,13 +25,15 @@ def best_times(functions: dict[str, Callable[[], object]], repeats: int) -> dict
     Returns:
       name → seconds.
     """
-    best = {name: float("inf") for name in functions}
-    for _ in range(repeats):
-        for name, function in functions.items():
+    def timed(function: Callable[[], object]) -> Callable[[], float]:
+        def seconds() -> float:
             began = time.perf_counter()
             function()
-            best[name] = min(best[name], time.perf_counter() - began)
-    return best
+            return time.perf_counter() - began
+
+        return seconds
+
+    return best_values({name: timed(function) for name, function in functions.items()}, repeats)
 
 
 def best_values(functions: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:

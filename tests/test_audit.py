@@ -60,12 +60,15 @@ def test_the_audit_catches_a_mechanism_with_too_little_noise():
     assert found["epsilon_lower_bound"] > 5.0 > pvec_analysis_bound(CjmpVec.event(honest, 4096))[0]
 
 
-def test_tight_pvec_lower_bound_is_below_the_tight_ledger():
-    params = plan_pvec_tight(16, 2, 4.0, 0.01, 1.0)
-    claimed = ledger.tight_bound(CjmpVec.event(params, 4096))
-    found = audit_pvec(params, trials=20_000)
-    # The tight noise is far smaller than the paper's, so the attack finds real leakage to bound.
-    assert 0.5 < found["epsilon_lower_bound"] <= pvec_tight.composed_epsilon(claimed, 1, 0.01)[0] <= 4.0
+@pytest.mark.parametrize("dim,epsilon", [(2, 4.0), (1, 2.0)])
+def test_tight_pvec_lower_bound_is_below_the_tight_ledger_and_near_it(dim, epsilon):
+    """Where the bound can be approached (tight noise, few users): the attack's 95% lower bound is
+    below the ledger, and at least 0.45 of it (measured: 0.59 and 0.63 at 20,000 trials), so a
+    ledger that over-claimed its noise, or an attack that lost its power, would fail here."""
+    params = plan_pvec_tight(16, dim, epsilon, 0.01, 1.0)
+    claimed = pvec_tight.composed_epsilon(ledger.tight_bound(CjmpVec.event(params, 4096)), 1, 0.01)[0]
+    found = audit_pvec(params, trials=20_000)["epsilon_lower_bound"]
+    assert 0.45 * claimed <= found <= claimed <= epsilon, (found, claimed)
 
 
 @pytest.mark.parametrize("accounting", ["paper", "tight"])
