@@ -24,6 +24,12 @@ import re
 from pipeline.errors import ConfigError
 
 MECHANISMS = ("shuffle-ldp", "subsampled-shuffle", "shuffle-gaussian", "cjmp-vec", "gaussian", "pnsgd")
+# Bounds on sizes: beyond them the accountants overflow int64 or float64, or allocate without end.
+MAX_N = 10**12
+MAX_ROUNDS = 10**7
+MAX_D = 10**6
+SIZE_REASON = "larger sizes overflow the accountants' integer and floating-point arithmetic"
+ROUNDS_REASON = "composing more rounds exhausts memory or time; the pipeline plans at most 10⁷ rounds"
 
 # Accountant parameter names (as their ValueErrors spell them) → the calculator's options.
 _OPTION_OF = {
@@ -158,14 +164,19 @@ def _shown(raw):
     return int(value) if value.is_integer() and abs(value) < 2**53 and "." not in str(raw) else value
 
 
-def _int(args, option: str, minimum: int, maximum: int | None = None, default=None):
-    """An integer option ≥ minimum (≤ maximum); integral floats such as 1e6 are accepted."""
+def _int(args, option: str, minimum: int, maximum: int | None = None, default=None, why: str = ""):
+    """An integer option ≥ minimum (≤ maximum); integral floats such as 1e6 are accepted.
+
+    Args:
+      why: the reason for the bounds, shown after the rule.
+    """
     raw = _raw(args, option)
     if raw is None:
         if default is None:
             raise ConfigError(option, None, "is required")
         return default
     rule = f"must be an integer ≥ {minimum}" if maximum is None else f"must be an integer in [{minimum}, {maximum}]"
+    rule += f" ({why})" if why else ""
     try:
         value = int(raw)
     except (TypeError, ValueError):
@@ -174,7 +185,7 @@ def _int(args, option: str, minimum: int, maximum: int | None = None, default=No
             raise ConfigError(option, _shown(raw), rule) from None
         value = int(number)
     if value < minimum or (maximum is not None and value > maximum):
-        raise ConfigError(option, value, rule)
+        raise ConfigError(option, _shown(raw) if isinstance(raw, str) else value, rule)
     return value
 
 
@@ -224,7 +235,12 @@ def _delta(args) -> float:
 
 
 def _rounds(args) -> int:
-    return _int(args, "--rounds", 1, default=1)
+    return _int(args, "--rounds", 1, MAX_ROUNDS, default=1, why=ROUNDS_REASON)
+
+
+def _n(args, minimum: int) -> int:
+    """--n, the users: at most MAX_N."""
+    return _int(args, "--n", minimum, MAX_N, why=SIZE_REASON)
 
 
 def _absent(args, option: str, why: str) -> None:
@@ -249,7 +265,7 @@ def _accountant_error(error: ValueError, values: dict, fallback: str) -> ConfigE
 def _shuffle_ldp(args) -> dict:
     from pipeline.accounting import shuffle_ldp
 
-    n, eps0 = _int(args, "--n", 1), _real(args, "--eps0", 0.0)
+    n, eps0 = _n(args, 1), _real(args, "--eps0", 0.0)
     bound = _choice(args, "--bound", shuffle_ldp.BOUNDS, "best")
     delta, rounds = _delta(args), _rounds(args)
     values = {"n": n, "eps0": eps0, "bound": bound, "delta": delta, "rounds": rounds}
@@ -262,7 +278,7 @@ def _shuffle_ldp(args) -> dict:
 def _subsampled_shuffle(args) -> dict:
     from pipeline.accounting import shuffle_ldp
 
-    n, k = _int(args, "--n", 2), _int(args, "--k", 2)
+    n, k = _n(args, 2), _int(args, "--k", 2)
     if k > n:
         raise ConfigError("--k", k, f"must satisfy 2 ≤ k ≤ n = {n}")
     eps0, delta, rounds = _real(args, "--eps0", 0.0), _delta(args), _rounds(args)
@@ -276,7 +292,7 @@ def _subsampled_shuffle(args) -> dict:
 def _shuffle_gaussian(args) -> dict:
     from pipeline.accounting import shuffle_gaussian
 
-    n, sigma = _int(args, "--n", 1), _real(args, "--sigma", 0.0)
+    n, sigma = _n(args, 1), _real(args, "--sigma", 0.0)
     lambda_max = _int(args, "--lambda-max", 2, shuffle_gaussian.MAX_LAMBDA, default=256)
     variant = _choice(args, "--variant", shuffle_gaussian.VARIANTS, "shuffle")
     m = gamma = slack = None
@@ -322,7 +338,7 @@ def _cjmp_vec(args) -> dict:
     from pipeline.accounting import paper, pvec_tight
     from pipeline.protocols import cjmp
 
-    n, d = _int(args, "--n", 1), _int(args, "--d", 1)
+    n, d = _n(args, 1), _int(args, "--d", 1, MAX_D, why=SIZE_REASON)
     epsilon, delta, rounds = _real(args, "--epsilon", 0.0), _delta(args), _rounds(args)
     try:
         tight = pvec_tight.calibrate_pvec(n, d, epsilon, delta, rounds)
@@ -417,7 +433,7 @@ def _gaussian(args) -> dict:
 def _pnsgd(args) -> dict:
     from pipeline.accounting import pnsgd
 
-    n = _int(args, "--n", 1)
+    n = _n(args, 1)
     lipschitz = _real(args, "--lipschitz", 0.0)
     step_size = _real(args, "--step-size", 0.0)
     diameter = _real(args, "--diameter", 0.0)
@@ -432,7 +448,7 @@ def _pnsgd(args) -> dict:
     variant = _choice(args, "--variant", pnsgd.VARIANTS, "shuffled")
     schedule = _choice(args, "--schedule", pnsgd.SCHEDULES, "fixed")
     composition = _choice(args, "--composition", pnsgd.COMPOSITIONS, "pld")
-    epochs = _int(args, "--epochs", 1, default=1)
+    epochs = _int(args, "--epochs", 1, MAX_ROUNDS, default=1, why=ROUNDS_REASON)
     index = None
     if _raw(args, "--index") is not None:
         if variant == "shuffled":
@@ -490,9 +506,14 @@ def compute(args: argparse.Namespace) -> dict:
     """The result of `epsilon MECHANISM ...` as a dict (options checked first).
 
     Raises:
-      ConfigError: an option outside its range, named as on the command line.
+      ConfigError: an option outside its range, named as on the command line,
+        or an accountant that runs out of memory (MECHANISM).
     """
-    result = _HANDLERS[args.mechanism](args)
+    try:
+        result = _HANDLERS[args.mechanism](args)
+    except MemoryError:  # within the bounds, an accountant can still outgrow this machine
+        raise ConfigError("MECHANISM", args.mechanism, "the accountant needs more memory than this machine has "
+                          "at these options: lower --rounds or --n") from None
     return _plain({"mechanism": args.mechanism, **result})
 
 

@@ -10,6 +10,9 @@ from pipeline import calculator  # light: the heavy modules load in the command 
 from pipeline.errors import ConfigError
 
 EXIT_OK, EXIT_RUNS_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_TERMINATED = 143  # SIGTERM, 128 + 15, as a shell reports a process it killed
+# The most audit trials: two float64 arrays of N and N encoder runs per neighbour (the default is 20,000).
+MAX_TRIALS = 10**7
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -24,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("dir", help="a results folder (holding runs.parquet and rounds.parquet)")
     audit = commands.add_parser("audit", help="empirical lower bound on the ε of a config's first P_vec call")
     audit.add_argument("config", help="the experiment YAML (its first grid point is audited)")
-    audit.add_argument("--trials", type=int, default=20_000, help="runs per neighbouring dataset")
+    audit.add_argument("--trials", default="20000", help=f"runs per neighbouring dataset, 100 to {MAX_TRIALS:.0e}")
     audit.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ledger = commands.add_parser("ledger", help="print the planned privacy ledger as JSON, without running")
     ledger.add_argument("config", help="the experiment YAML")
@@ -41,10 +44,11 @@ def _run(args: argparse.Namespace) -> int:
     runs = config.expand(config.read_config(args.config, overrides))
     try:
         summary = runner.run_grid(runs)
-    except KeyboardInterrupt:
-        print("interrupted: the runs in flight are marked failed; rerun the same command to resume",
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (runner.Terminated): the same handling
+        signal_name = "terminated (SIGTERM)" if isinstance(stop, runner.Terminated) else "interrupted"
+        print(f"{signal_name}: the runs in flight are marked failed; rerun the same command to resume",
               file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if isinstance(stop, runner.Terminated) else EXIT_INTERRUPTED
     first = runs[0]
     out = Path(first["tracking.out"]).resolve()
     print(f"\n{len(runs)} runs: {len(summary.finished)} finished, {len(summary.skipped)} skipped, "
@@ -83,9 +87,13 @@ def _report(args: argparse.Namespace) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     from pipeline import audit, config, runner
+    from pipeline.options import integer
 
-    if args.trials < 100:
-        raise ConfigError("--trials", args.trials, "must be an integer ≥ 100")
+    try:
+        trials = integer(100, MAX_TRIALS)(args.trials)
+    except ValueError as err:
+        raise ConfigError("--trials", args.trials,
+                          f"{err} (each trial runs the encoder; the default is 20000)") from None
     planned = runner.plan_run(config.expand(config.read_config(args.config, args.overrides))[0])
     if not planned.job.protocol.supports_audit:
         raise ConfigError("privacy.protocol", planned.config["privacy.protocol"],
@@ -93,7 +101,7 @@ def _audit(args: argparse.Namespace) -> int:
     event = planned.ledger.to_dict()["events"][0]
     plan = planned.job.schedule.plan(0)
     params = planned.job.protocol.plan(plan, planned.job.problem.dim)
-    found = audit.audit_pvec(params, trials=args.trials)
+    found = audit.audit_pvec(params, trials=trials)
     # The call's ε in the run's accounting mode (the paper's analysis bound, or the tight bound).
     mode = planned.config["privacy.accounting"]
     claimed = (event["analysis_bound"] if mode == "paper" else event["tight_bound"])["epsilon"]
@@ -115,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
       argv: arguments (default: sys.argv[1:]).
 
     Returns:
-      0 on success, 1 if some runs failed, 2 on bad input (one line on stderr).
+      0 on success, 1 if some runs failed, 2 on bad input (one line on stderr),
+      130 after Ctrl-C and 143 after SIGTERM (the runs in flight marked failed).
     """
     args = _parser().parse_args(argv)
     try:

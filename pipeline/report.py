@@ -33,6 +33,13 @@ def _read(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         rounds = pd.read_parquet(out / "rounds.parquet")
     except (OSError, ValueError) as err:
         raise ConfigError("DIR", str(out), f"is not a results folder with runs.parquet and rounds.parquet ({err})") from None
+    # Every row has these; a finished run's row has the rest.
+    needed = {"runs.parquet": (runs, ("run_id", "status")), "rounds.parquet": (rounds, ("run_id",))}
+    for name, (table, columns) in needed.items():  # another tool's table, or one cut down by hand
+        missing = [column for column in columns if column not in table.columns]
+        if missing:
+            raise ConfigError("DIR", str(out), f"{name} lacks the column(s) {', '.join(missing)}: it is not a "
+                              "results folder this pipeline wrote (rerun the config to rebuild it)")
     runs = runs[runs["status"] == "finished"].copy()
     for column in THEORY_COLUMNS:  # folders written before the rates existed lack them
         if column not in runs:

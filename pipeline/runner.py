@@ -281,8 +281,12 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
                tracker: MlflowTracker, store: ParquetStore) -> dict:
     """Checks an executed run against its plan and records it in both sinks.
 
-    MLflow is finished first; the runs.parquet row, written last, marks the
-    run done.
+    The MLflow run gets its metrics and artifacts but stays RUNNING until the
+    runs.parquet row, which marks the run done, is written; only then is it
+    ended FINISHED. So a failure anywhere (a full disk, an unreachable store)
+    leaves no FINISHED MLflow run without its row: the caller's `fail_run`
+    marks both failed, and a kill in between is settled by
+    `MlflowTracker.reconcile` on the next start.
 
     Args:
       planned: the run.
@@ -331,22 +335,32 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
     folder = store.stage(run.run_id, rounds, files)
     tracker.log_rounds(mlflow_run_id, rounds, METRIC_COLUMNS)
     summary = {key: row[key] for key in ("final_excess_loss", "epsilon", "delta", "wall_s", *theory.THEORY_COLUMNS)}
-    tracker.finish(mlflow_run_id, summary, folder, "FINISHED")
-    store.commit(row, rounds)  # last: this row marks the run done
+    tracker.finish(mlflow_run_id, summary, folder, None)  # still RUNNING: not done until the row is written
+    store.commit(row, rounds)  # this row marks the run done
+    tracker.end(mlflow_run_id, "FINISHED")
     return row
 
 
 def fail_run(planned: PlannedRun, wall_s: float, mlflow_run_id: str, tracker: MlflowTracker,
              store: ParquetStore) -> None:
-    """Marks a run failed in both sinks; a rerun redoes it."""
+    """Marks a run failed in both sinks; a rerun redoes it.
+
+    Neither sink's own failure is raised (a full disk, an unreachable
+    server): it would hide the run's error behind a second traceback. A run
+    without a finished row is redone anyway, and a RUNNING MLflow run left
+    behind is ended on the next start.
+    """
     import pandas as pd
 
     from pipeline.tracking import FAILED
 
-    store.commit({**_row(planned, mlflow_run_id), "status": FAILED, "wall_s": wall_s}, pd.DataFrame())
+    try:  # replaces a finished row written before the MLflow run could be ended
+        store.commit({**_row(planned, mlflow_run_id), "status": FAILED, "wall_s": wall_s}, pd.DataFrame())
+    except Exception:
+        pass
     try:
         tracker.fail(mlflow_run_id)
-    except Exception:  # an unreachable store must not hide the run's own error
+    except Exception:
         pass
 
 
@@ -379,32 +393,43 @@ def _progress(done: int, total: int, failed: int, elapsed: float) -> str:
     return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} ({failed} failed) elapsed {clock(elapsed)} ETA {clock(eta)}"
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (Slurm, Kubernetes, `ray job stop`): handled as Ctrl-C is, so the
+    runs in flight are marked failed; the CLI exits 143 (128 + 15) instead of 130."""
+
+
+def _interrupt(signum: int) -> KeyboardInterrupt:
+    """The exception a signal stops the grid with."""
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
 @contextlib.contextmanager
 def _remembered_interrupt():
-    """Ctrl-C that is raised where Python swallows it (a finalizer or weakref
-    callback: "Exception ignored in …") still stops the grid: the handler also
-    remembers it, and the grid loop re-raises it at the next run boundary.
+    """Ctrl-C or SIGTERM that is raised where Python swallows it (a finalizer or
+    weakref callback: "Exception ignored in …") still stops the grid: the handler
+    also remembers it, and the grid loop re-raises it at the next run boundary.
 
     Yields:
-      A function that says whether an interrupt arrived (always False off the
-      main thread, where no handler can be installed, and where SIGINT is
-      ignored, as in a background job: that choice is kept).
+      A function that returns the signal that arrived, or 0 (always 0 off the
+      main thread, where no handler can be installed; a signal the caller
+      ignores, as SIGINT in a background job, stays ignored).
     """
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is signal.SIG_IGN):
-        yield lambda: False
+    watched = [signum for signum in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(signum) is not signal.SIG_IGN]
+    if threading.current_thread() is not threading.main_thread() or not watched:
+        yield lambda: 0
         return
-    arrived = threading.Event()
+    arrived: list[int] = []
 
     def handler(signum, frame):
-        arrived.set()
-        raise KeyboardInterrupt
+        arrived.append(signum)
+        raise _interrupt(signum)
 
-    previous = signal.signal(signal.SIGINT, handler)
+    previous = {signum: signal.signal(signum, handler) for signum in watched}
     try:
-        yield arrived.is_set
+        yield lambda: arrived[0] if arrived else 0
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, action in previous.items():
+            signal.signal(signum, action)
 
 
 def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridSummary:
@@ -422,19 +447,37 @@ def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridS
       The summary.
 
     Raises:
-      ConfigError: bad input, before any run starts or anything is written.
-      KeyboardInterrupt: after marking the runs in flight failed.
+      ConfigError: bad input, a damaged results folder, or a folder another
+        run holds, before any run starts or anything is written.
+      KeyboardInterrupt: after marking the runs in flight failed (Terminated
+        for SIGTERM).
     """
+    from pipeline.tracking import ParquetStore
+
+    store = ParquetStore(runs[0]["tracking.out"])
+    if store.lock_path.is_file():  # a folder another run may hold: refuse at once, before planning
+        store.lock()
+    try:
+        return _run_grid(runs, store, say)
+    finally:
+        store.unlock()
+
+
+def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], None]) -> GridSummary:
+    """run_grid's work, with the folder's lock released by the caller."""
+    from pipeline.tracking import MlflowTracker
+
     # Planning calibrates every protocol (a numerical search per round shape): say so.
     say(f"planning {len(runs)} runs (protocol calibration and ledgers)")
     planned = [plan_run(run) for run in runs]
-    from pipeline.tracking import MlflowTracker, ParquetStore
-
     first = runs[0]
-    store = ParquetStore(first["tracking.out"])
     store.check_writable()
-    done = store.completed()
+    store.check_readable()
     tracker = MlflowTracker(first["tracking.mlflow_uri"], first["experiment"])
+    store.lock()  # creates the folder: the first write
+    finished = store.finished_runs()  # under the lock: no other run writes it now
+    tracker.reconcile(str(store.out.resolve()), finished)  # MLflow runs a killed process left RUNNING
+    done = set(finished)
     summary = GridSummary()
     todo = []
     for item in planned:
@@ -476,8 +519,8 @@ def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridS
                     note = f"{run_id} FAILED: {type(err).__name__}: {err}"
                 completed = len(summary.finished) + len(summary.failed)
                 say(f"{_progress(completed, len(todo), len(summary.failed), time.perf_counter() - began)}  {note}")
-                if interrupted():  # a Ctrl-C swallowed during the run stops the grid here
-                    raise KeyboardInterrupt
+                if interrupted():  # a Ctrl-C or SIGTERM swallowed during the run stops the grid here
+                    raise _interrupt(interrupted())
     except BaseException:
         executor.cancel()
         for item, mlflow_run_id, run_began in started.values():

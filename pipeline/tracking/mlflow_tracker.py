@@ -146,14 +146,16 @@ class MlflowTracker:
         for at in range(0, len(metrics), METRICS_PER_BATCH):
             self.client.log_batch(mlflow_run_id, metrics=metrics[at:at + METRICS_PER_BATCH])
 
-    def finish(self, mlflow_run_id: str, summary: dict[str, float], artifacts: Path | None, status: str) -> None:
-        """Logs final metrics and artifacts, then ends the run.
+    def finish(self, mlflow_run_id: str, summary: dict[str, float], artifacts: Path | None,
+               status: str | None) -> None:
+        """Logs final metrics and artifacts, then ends the run (unless status is None).
 
         Args:
           mlflow_run_id: the MLflow run.
           summary: final metrics.
           artifacts: a folder whose files become the run's artifacts, or None.
-          status: "FINISHED" or "FAILED".
+          status: "FINISHED" or "FAILED"; None leaves the run RUNNING, for the
+            caller to `end` once the results folder records it.
         """
         timestamp = int(time.time() * 1000)
         metrics = [Metric(key, float(value), timestamp, 0) for key, value in summary.items()]
@@ -161,7 +163,39 @@ class MlflowTracker:
             self.client.log_batch(mlflow_run_id, metrics=metrics)
         if artifacts is not None:
             self.client.log_artifacts(mlflow_run_id, str(artifacts))
+        if status is not None:
+            self.end(mlflow_run_id, status)
+
+    def end(self, mlflow_run_id: str, status: str) -> None:
+        """Ends a run with a status ("FINISHED" or "FAILED")."""
         self.client.set_terminated(mlflow_run_id, status=status)
+
+    def reconcile(self, folder: str, finished: dict[str, str]) -> int:
+        """Ends the runs a killed process left RUNNING for a results folder, as the folder says.
+
+        Call it while holding the folder's lock: no live process is then
+        recording into it, so every RUNNING run of the folder is an orphan.
+        One whose Parquet row says finished (a kill between the row and the
+        end of the MLflow run) becomes FINISHED; any other, FAILED (its run
+        is redone and the attempt deleted on the next start).
+
+        Args:
+          folder: the resolved results folder.
+          finished: run_id → mlflow_run_id of the runs finished in Parquet.
+
+        Returns:
+          How many runs were ended.
+        """
+        orphans = self.client.search_runs([self.experiment_id], filter_string="attributes.status = 'RUNNING'",
+                                          max_results=10_000)
+        ended = 0
+        for run in orphans:
+            if run.data.tags.get(FOLDER_TAG) != folder:
+                continue
+            done = finished.get(run.data.tags.get(RUN_ID_TAG)) == run.info.run_id
+            self.end(run.info.run_id, "FINISHED" if done else "FAILED")
+            ended += 1
+        return ended
 
     def log_report(self, folder: Path) -> str:
         """Logs a report's files as the experiment's one "report" run,
