@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -39,6 +40,20 @@ def _post(url: str, body: dict) -> dict:
         return json.loads(response.read())
 
 
+def _wait_until_answering(url: str, what: str, seconds: float = 120.0) -> None:
+    """Polls `url` until its server sends any HTTP reply."""
+    deadline = time.time() + seconds
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).close()
+            return
+        except urllib.error.HTTPError:  # it answered, with an error status: it is up
+            return
+        except OSError:
+            assert time.time() < deadline, f"{what} did not start within {seconds:.0f} s"
+            time.sleep(1)
+
+
 @pytest.fixture(scope="module")
 def loopback_cluster(tmp_path_factory):
     """A Ray head node and an MLflow server on 127.0.0.1, torn down after."""
@@ -60,16 +75,11 @@ def loopback_cluster(tmp_path_factory):
         env=env, capture_output=True, text=True, timeout=120)
     try:
         assert started.returncode == 0, started.stderr
-        url = f"http://127.0.0.1:{mlflow_port}"
-        deadline = time.time() + 90
-        while True:
-            try:
-                urllib.request.urlopen(url + "/health", timeout=2).close()
-                break
-            except OSError:
-                assert time.time() < deadline, "mlflow server did not start"
-                time.sleep(1)
-        yield {"env": env, "mlflow": url, "dashboard": f"http://127.0.0.1:{dashboard_port}", "root": root}
+        url, dashboard = f"http://127.0.0.1:{mlflow_port}", f"http://127.0.0.1:{dashboard_port}"
+        # Both servers start in the background: wait until each answers (any HTTP reply, even a 401).
+        _wait_until_answering(url + "/health", "mlflow server")
+        _wait_until_answering(dashboard + "/api/version", "Ray dashboard (job API)")
+        yield {"env": env, "mlflow": url, "dashboard": dashboard, "root": root}
     finally:
         subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
         server.terminate()
