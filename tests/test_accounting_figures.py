@@ -16,13 +16,14 @@ SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "accounting_figur
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(quick_figures):
+    """The script, and its `--quick` run's folder and summary table (run from the start of the
+    test run, in the background: tests/conftest.py)."""
     spec = importlib.util.spec_from_file_location("accounting_figures", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    out = tmp_path_factory.mktemp("accounting")
-    summary = module.main(["--quick", "--out", str(out)])
-    return module, out, summary
+    out = quick_figures(SCRIPT.name)
+    return module, out, pd.read_csv(out / "summary.csv")
 
 
 def _csv(out: Path, name: str) -> pd.DataFrame:

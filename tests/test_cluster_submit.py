@@ -55,7 +55,7 @@ def _wait_until_answering(url: str, what: str, seconds: float = 120.0) -> None:
 
 
 @pytest.fixture(scope="module")
-def loopback_cluster(tmp_path_factory):
+def loopback_cluster(tmp_path_factory, new_mlflow_store):
     """A Ray head node and an MLflow server on 127.0.0.1, torn down after."""
     if ray.is_initialized():
         ray.shutdown()  # one Ray per process: the job runs on the cluster below
@@ -64,9 +64,11 @@ def loopback_cluster(tmp_path_factory):
            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env.pop("RAY_ADDRESS", None)
     mlflow_port, gcs_port, dashboard_port = _free_port(), _free_port(), _free_port()
+    # One worker process (MLflow's default is 4, each importing MLflow: seconds of CPU apiece).
     server = subprocess.Popen(
-        [str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
-         "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(mlflow_port)],
+        [str(BIN / "mlflow"), "server", "--backend-store-uri", new_mlflow_store(root / "server.db"),
+         "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(mlflow_port),
+         "--workers", "1"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     started = subprocess.run(
         [str(BIN / "ray"), "start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",

@@ -4,6 +4,7 @@ its accountant assumes. Statistical tolerances are 5 standard errors of the
 exact variance."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -247,11 +248,13 @@ def _final_losses(settings: dict, seeds: range) -> np.ndarray:
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
-    losses = []
-    for run in expand(tree):
-        job = plan_run(run).job
-        losses.append(engine.execute(job, "local", 1)[1][-1].excess_loss)
-    return np.array(losses)
+    runs = expand(tree)
+    # The runs differ in their seed only, and planning (calibration, ledger) does not read
+    # it: plan the first, and run its job under each seed.
+    assert all(dataclasses.replace(run, seed=runs[0].seed) == runs[0] for run in runs)
+    job = plan_run(runs[0]).job
+    return np.array([engine.execute(dataclasses.replace(job, seed=run.seed), "local", 1)[1][-1].excess_loss
+                     for run in runs])
 
 
 PAIRS = [

@@ -30,33 +30,35 @@ def _companion(cls, protocol_name, n, problem=PROBLEM, **overrides):
 
 
 def _jobs():
+    """The cases, each built on first use (some calibrate their noise)."""
     n = 2000
     return {
-        "mean_estimation": _job(MeanEstimation.from_config(PROBLEM, n, 2.0, 1e-5), n),
+        "mean_estimation": lambda: _job(MeanEstimation.from_config(PROBLEM, n, 2.0, 1e-5), n),
         # Batches of 37 straddle blocks of 128 and shard boundaries.
-        "seq_sgd": _job(SeqSGD.from_config(PROBLEM, n, 2.0, 1e-5, batch_size=37), n),
-        "full_gd": _job(FullGD.from_config(PROBLEM, n, 2.0, 1e-5, rounds=12), n),
+        "seq_sgd": lambda: _job(SeqSGD.from_config(PROBLEM, n, 2.0, 1e-5, batch_size=37), n),
+        "full_gd": lambda: _job(FullGD.from_config(PROBLEM, n, 2.0, 1e-5, rounds=12), n),
         # Tight-calibrated P_vec and AC-SA's extrapolated queries.
-        "seq_agd": _job(SeqAGD.from_config(PROBLEM, n, 2.0, 1e-5, batch_size=53, accounting="tight",
-                                           parameters="calibrated"), n, accounting="tight"),
+        "seq_agd": lambda: _job(SeqAGD.from_config(PROBLEM, n, 2.0, 1e-5, batch_size=53, accounting="tight",
+                                                   parameters="calibrated"), n, accounting="tight"),
         # Sampled rounds (uniform k of n, Poisson), central noise drawn after the merge,
         # fixed-point sums and integer histograms.
-        "cldp_sgd": _companion(CldpSGD, "girgis_l2", n, batch_size=45),
-        "dss_sgd": _companion(DssSGD, "shuffle_gaussian", n, batch_size=30),
-        "dp_sgd": _companion(DpSGD, "central_gaussian", n, batch_size=40),
-        "pnsgd": _companion(PNSGD, "central_gaussian", 500),
-        "mirror_descent_l1": _companion(MirrorDescentL1, "central_gaussian", n, problem=L1LeastSquares(4, 1.0)),
+        "cldp_sgd": lambda: _companion(CldpSGD, "girgis_l2", n, batch_size=45),
+        "dss_sgd": lambda: _companion(DssSGD, "shuffle_gaussian", n, batch_size=30),
+        "dp_sgd": lambda: _companion(DpSGD, "central_gaussian", n, batch_size=40),
+        "pnsgd": lambda: _companion(PNSGD, "central_gaussian", 500),
+        "mirror_descent_l1": lambda: _companion(MirrorDescentL1, "central_gaussian", n,
+                                                problem=L1LeastSquares(4, 1.0)),
         # Robust mode: a fresh half of each batch drops out (P_vec planned for the whole batch).
-        "seq_sgd_robust": engine.RunJob(PROBLEM, SeqSGD.from_config(PROBLEM, n, 1.0, 1e-5, batch_size=37), CjmpVec(),
-                                        7, n, 128, honest_fraction=0.5),
+        "seq_sgd_robust": lambda: engine.RunJob(PROBLEM, SeqSGD.from_config(PROBLEM, n, 1.0, 1e-5, batch_size=37),
+                                                CjmpVec(), 7, n, 128, honest_fraction=0.5),
         # Groups of users in turn, each fully interactive (tight P_vec).
-        "full_phased": _job(FullPhased.from_config(PROBLEM, 600, 4.0, 1e-5, accounting="tight"), 600,
-                            accounting="tight"),
+        "full_phased": lambda: _job(FullPhased.from_config(PROBLEM, 600, 4.0, 1e-5, accounting="tight"), 600,
+                                    accounting="tight"),
         # Phases of fresh users, each smoothing the loss with its own β.
-        "seq_phased": _job(SeqPhased.from_config(Elastic(dim=3, radius=1.0), n, 2.0, 1e-5), n),
+        "seq_phased": lambda: _job(SeqPhased.from_config(Elastic(dim=3, radius=1.0), n, 2.0, 1e-5), n),
         # Two-point queries and the curator's own noise stream.
-        "frank_wolfe_l1": _companion(FrankWolfeL1, "report_noisy_max", n, problem=L1LeastSquares(4, 1.0),
-                                     batch_size=300),
+        "frank_wolfe_l1": lambda: _companion(FrankWolfeL1, "report_noisy_max", n, problem=L1LeastSquares(4, 1.0),
+                                             batch_size=300),
     }
 
 
@@ -72,7 +74,7 @@ SEED_000 = ("mean_estimation", "seq_sgd", "full_gd", "seq_agd")
                                   "dp_sgd", "pnsgd", "mirror_descent_l1", "frank_wolfe_l1", "full_phased",
                                   "seq_phased", "seq_sgd_robust"])
 def test_bit_identical_for_any_shards_and_local_vs_ray(ray_session, name):
-    job = _jobs()[name]
+    job = _jobs()[name]()
     reference_losses, reference_theta = _trace(job, "local", 1)
     assert np.all(np.isfinite(reference_losses))
     # The seed-000 cases try every split; the companion ones (same engine paths) two.
@@ -85,7 +87,7 @@ def test_bit_identical_for_any_shards_and_local_vs_ray(ray_session, name):
 
 
 def test_different_seeds_give_different_runs():
-    job = _jobs()["seq_sgd"]
+    job = _jobs()["seq_sgd"]()
     other = engine.RunJob(job.problem, job.optimizer, job.protocol, 8, job.n_users, job.block_size)
     assert not np.array_equal(_trace(job, "local", 2)[0], _trace(other, "local", 2)[0])
 
@@ -191,38 +193,42 @@ def test_literal_mode_runs_a_real_shuffle_across_shards_and_matches_local(ray_se
     assert np.array_equal(local[0], remote[0]) and np.isfinite(local[0]).all()
 
 
-def test_a_shard_actor_killed_mid_run_is_restarted_and_the_run_is_bit_identical(ray_session):
+def test_a_shard_actor_killed_mid_run_is_restarted_and_the_run_is_bit_identical(ray_session, monkeypatch):
+    """Every full_gd round fans out to both shards and the driver waits for the round's
+    total; the victim is killed when the driver has received the total of round KILLED_AFTER
+    and submitted the next round's calls (an event of the run, not a timer), so calls
+    are in flight or queued on it when it dies."""
     import os
-    import threading
-    import time
 
     import ray
 
-    from pipeline.engine.ray_pool import RayPool
+    from pipeline.engine import ray_pool
 
-    n = 400_000
-    job = _job(FullGD.from_config(PROBLEM, n, 2.0, 1e-5, rounds=150), n, block_size=4096)
+    n, rounds, killed_after = 20_000, 12, 4
+    job = _job(FullGD.from_config(PROBLEM, n, 2.0, 1e-5, rounds=rounds), n, block_size=1024)
     reference = _trace(job, "local", 1)
-    pool = RayPool(job, 2)
+    pool = ray_pool.RayPool(job, 2)
     victim = pool.actors[0]
     pid_before = ray.get(victim.__ray_call__.remote(lambda self: os.getpid()))
-    killed_at = []
+    real_get, totals, killed_at = ray.get, [], []
 
-    def kill_soon():
-        time.sleep(0.5)
-        ray.kill(victim, no_restart=False)
-        killed_at.append(time.perf_counter())
+    def get_killing_after_round_k(refs, *args, **kwargs):
+        if len(totals) == killed_after + 1 and not killed_at:  # round k's total is in, round k + 1 submitted
+            ray.kill(victim, no_restart=False)
+            killed_at.append(len(totals))
+        value = real_get(refs, *args, **kwargs)
+        totals.append(value)
+        return value
 
-    killer = threading.Thread(target=kill_soon)
-    killer.start()
+    monkeypatch.setattr(ray_pool.ray, "get", get_killing_after_round_k)
     try:
         state, records = pool.run()
-        finished_at = time.perf_counter()
     finally:
-        killer.join()
+        monkeypatch.setattr(ray_pool.ray, "get", real_get)
     pid_after = ray.get(victim.__ray_call__.remote(lambda self: os.getpid()))
     pool.close()
-    assert killed_at and killed_at[0] < finished_at  # killed while the run was going on
+    # Killed while the run was going on: after round k's total, before the last round's.
+    assert killed_at == [killed_after + 1] and len(totals) == rounds == len(records)
     assert pid_after != pid_before  # the actor really died and came back
     assert np.array_equal(np.array([r.excess_loss for r in records]), reference[0])
     assert np.array_equal(job.optimizer.output(state), reference[1])

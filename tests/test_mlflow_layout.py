@@ -25,12 +25,12 @@ execution: {backend: local, shards: 1, simulation: exact}
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(tmp_path_factory, new_mlflow_store):
     """Runs the tiny grid once; returns its MLflow client, experiment, runs and Parquet tables."""
     root = tmp_path_factory.mktemp("layout")
     path = root / "tiny.yaml"
     path.write_text(TINY)
-    uri = f"sqlite:///{root / 'mlflow.db'}"
+    uri = new_mlflow_store(root / "mlflow.db")
     assert cli.main(["run", str(path), "--out", str(root / "results"), "--set", f"tracking.mlflow_uri={uri}"]) == 0
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("layout")
@@ -73,8 +73,8 @@ def test_experiment_is_a_model_training_experiment(tiny):
     assert experiment.tags[EXPERIMENT_KIND_TAG] == MODEL_TRAINING == "custom_model_development"
 
 
-def test_an_existing_experiment_gets_the_kind_unless_the_user_chose_one(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_an_existing_experiment_gets_the_kind_unless_the_user_chose_one(tmp_path, new_mlflow_store):
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
     client = MlflowClient(tracking_uri=uri)
     bare = client.create_experiment("bare")
     chosen = client.create_experiment("chosen", tags={EXPERIMENT_KIND_TAG: "genai_development"})

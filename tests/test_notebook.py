@@ -14,7 +14,7 @@ from pipeline import cli
 NOTEBOOK = Path(__file__).resolve().parents[1] / "experiments" / "analysis.ipynb"
 
 
-def test_notebook_reproduces_the_reports_slopes(tmp_path, monkeypatch):
+def test_notebook_reproduces_the_reports_slopes(tmp_path, monkeypatch, new_mlflow_store):
     config = tmp_path / "small.yaml"
     config.write_text(textwrap.dedent("""
         experiment: notebook
@@ -26,7 +26,8 @@ def test_notebook_reproduces_the_reports_slopes(tmp_path, monkeypatch):
         execution: {backend: local, shards: 1}
     """))
     out = tmp_path / "results"
-    assert cli.main(["run", str(config), "--out", str(out), "--set", f"tracking.mlflow_uri=sqlite:///{tmp_path}/m.db"]) == 0
+    uri = new_mlflow_store(tmp_path / "m.db")
+    assert cli.main(["run", str(config), "--out", str(out), "--set", f"tracking.mlflow_uri={uri}"]) == 0
     assert cli.main(["report", str(out)]) == 0
     monkeypatch.setenv("RESULTS", str(out))
     notebook = nbformat.read(NOTEBOOK, as_version=4)

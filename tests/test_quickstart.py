@@ -18,10 +18,10 @@ ROUND_COLUMNS = {"run_id", "round", "users_in_round", "excess_loss", "population
 
 
 @pytest.fixture(scope="module")
-def quickstart(ray_session, tmp_path_factory):
+def quickstart(ray_session, tmp_path_factory, new_mlflow_store):
     """Runs experiments/quickstart.yaml, unchanged but for where it writes."""
     root = tmp_path_factory.mktemp("quickstart")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
+    uri = new_mlflow_store(root / "mlflow.db")
     args = ["run", str(QUICKSTART), "--out", str(root / "results"), "--set", f"tracking.mlflow_uri={uri}"]
     assert cli.main(args) == 0
     return root, uri, args

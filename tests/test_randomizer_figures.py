@@ -14,12 +14,14 @@ SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "randomizer_figur
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(quick_figures):
+    """The script, and its `--quick` run's folder and summary table (run from the start of the
+    test run, in the background: tests/conftest.py)."""
     spec = importlib.util.spec_from_file_location("randomizer_figures", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    out = tmp_path_factory.mktemp("randomizers")
-    return module, out, module.main(["--quick", "--out", str(out)])
+    out = quick_figures(SCRIPT.name)
+    return module, out, pd.read_csv(out / "summary.csv")
 
 
 def test_files_are_written_and_the_monte_carlo_check_holds(run):
