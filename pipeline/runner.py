@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pandas and the sinks (mlflow) load where a run is recorded,
     from pipeline.tracking import MlflowTracker, ParquetStore
 
 METRIC_COLUMNS = ("excess_loss", "epsilon_spent")
+HELDOUT_COLUMNS = ("test_loss", "test_accuracy")  # a dataset's, where it has held-out records
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +72,7 @@ def plan_run(run: RunConfig) -> PlannedRun:
     _check_memory(run)  # before the problem, whose fixed points alone can be O(d)
     problem = plugins.resolve("problem", run["problem.name"])(
         dim=run["problem.dim"], radius=run["problem.radius"], **_options(run, "problem"))
+    problem.check_users(run["n_users"])
     protocol = plugins.resolve("protocol", run["privacy.protocol"])(run["privacy.accounting"],
                                                                     **_options(run, "privacy"))
     _check_pairing(run, cls, protocol, problem)
@@ -277,6 +279,15 @@ def _row(planned: PlannedRun, mlflow_run_id: str) -> dict:
     return {"run_id": run.run_id, "mlflow_run_id": mlflow_run_id, "config_hash": run.config_hash, **run.flat()}
 
 
+def _measured_columns(job: engine.RunJob, records: list) -> tuple[str, ...]:
+    """The extra metric columns a run has: a dataset's held-out metrics (where it has
+    held-out records; accuracy for classifiers) and its optimum's Frank–Wolfe gap."""
+    if job.problem.exact_loss:
+        return ()
+    final = records[-1]
+    return tuple(column for column in (*HELDOUT_COLUMNS, "optimum_gap") if math.isfinite(getattr(final, column)))
+
+
 def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id: str,
                tracker: MlflowTracker, store: ParquetStore) -> dict:
     """Checks an executed run against its plan and records it in both sinks.
@@ -322,19 +333,26 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
         "delta_spent": [s[1] for s in spent],
         "wall_s": pd.Series([r.seconds for r in records]).cumsum(),
     })
+    measured = _measured_columns(job, records)
+    for column in measured:
+        rounds[column] = [getattr(r, column) for r in records]
+    if not job.problem.exact_loss:  # a dataset's rounds are measured at job.evaluation_rounds only
+        rounds = rounds[rounds["round"].isin(job.evaluation_rounds)].reset_index(drop=True)
     if _final_only(planned):  # the other iterates are secret: not one of them is logged
         rounds = rounds.tail(1).reset_index(drop=True)
-    _finite(rounds[["excess_loss", "population_loss"]], "round metrics")
+    _finite(rounds[["excess_loss", "population_loss", *measured]], "round metrics")
     epsilon, delta = ledger.total()
     row = {**_row(planned, mlflow_run_id), "final_excess_loss": records[-1].excess_loss, "epsilon": epsilon,
-           "delta": delta, **theory_rates(planned), "status": FINISHED, "wall_s": wall_s}
+           "delta": delta, **theory_rates(planned), "status": FINISHED, "wall_s": wall_s,
+           **{f"final_{column}": getattr(records[-1], column) for column in measured}}
     files = {
         "ledger.json": json.dumps(ledger.to_dict(), indent=2).encode(),
         "config.yaml": yaml.safe_dump(run.nested(), sort_keys=False).encode(),
     }
     folder = store.stage(run.run_id, rounds, files)
-    tracker.log_rounds(mlflow_run_id, rounds, METRIC_COLUMNS)
-    summary = {key: row[key] for key in ("final_excess_loss", "epsilon", "delta", "wall_s", *theory.THEORY_COLUMNS)}
+    tracker.log_rounds(mlflow_run_id, rounds, METRIC_COLUMNS + tuple(c for c in HELDOUT_COLUMNS if c in measured))
+    summary = {key: row[key] for key in ("final_excess_loss", "epsilon", "delta", "wall_s", *theory.THEORY_COLUMNS,
+                                         *(f"final_{column}" for column in measured))}
     tracker.finish(mlflow_run_id, summary, folder, None)  # still RUNNING: not done until the row is written
     store.commit(row, rounds)  # this row marks the run done
     tracker.end(mlflow_run_id, "FINISHED")

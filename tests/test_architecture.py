@@ -69,10 +69,13 @@ def test_ray_only_in_the_engine():
                        if module.split(".")[0] == "ray" and layer != "engine" else None) == []
 
 
+TABLE_READER = "pipeline/problems/tables.py"  # reads a dataset's Parquet rows in its shard; writes nothing
+
+
 def test_mlflow_and_parquet_writing_only_in_tracking():
     assert _violations(lambda where, layer, module: "mlflow or a Parquet writer outside tracking/"
                        if (module.split(".")[0] == "mlflow" or module.startswith("pyarrow.parquet"))
-                       and layer != "tracking" else None) == []
+                       and layer != "tracking" and where != TABLE_READER else None) == []
     writers = [f"{path.relative_to(REPO)}:{node.lineno}" for path in _files(PACKAGE)
                if path.relative_to(PACKAGE).parts[0] != "tracking"
                for node in ast.walk(ast.parse(path.read_text()))

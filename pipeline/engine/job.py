@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from pipeline.engine.evaluation import evaluation_rounds
 from pipeline.engine.layout import BlockLayout
 from pipeline.optimizers.base import Optimizer, Schedule, with_dropouts
 from pipeline.problems.base import Problem
@@ -42,6 +43,16 @@ class RunJob:
     def schedule(self) -> Schedule:
         schedule = self.optimizer.schedule()
         return schedule if self.honest_fraction == 1.0 else with_dropouts(schedule, self.honest_fraction)
+
+    @functools.cached_property
+    def evaluation_rounds(self) -> frozenset[int]:
+        """The rounds measured after the run (problems without exact losses only)."""
+        return evaluation_rounds(self.schedule.rounds, self.problem.evaluations)
+
+    @property
+    def heldout_layout(self) -> BlockLayout:
+        """The held-out records (a dataset's test rows) in blocks: shards measure them block by block."""
+        return BlockLayout(self.problem.heldout_users, self.block_size)
 
     @property
     def layout(self) -> BlockLayout:

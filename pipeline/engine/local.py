@@ -11,7 +11,11 @@ class LocalPool(ShardPool):
 
     def __init__(self, job: RunJob, shards: int):
         super().__init__(job, shards)
-        self.shards = [Shard(job, first, stop) for first, stop in self.shard_blocks]
+        self.shards = [Shard(job, first, stop, heldout)
+                       for (first, stop), heldout in zip(self.shard_blocks, self.heldout_blocks)]
+
+    def call_all(self, method, *args):
+        return [getattr(shard, method)(*args) for shard in self.shards]
 
     def run_rounds(self, shard, state, start, stop):
         return self.shards[shard].run_rounds(state, start, stop)

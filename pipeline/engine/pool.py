@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.engine import evaluation
 from pipeline.engine.job import EXACT, RunJob
 from pipeline.engine.layout import NOISE_STREAM, stream
 from pipeline.engine.rounds import RoundRecord, execute_rounds
@@ -29,6 +30,10 @@ class ShardPool(abc.ABC):
         layout = job.layout
         self.shard_blocks = layout.shard_blocks(shards)
         self.user_ranges = [(layout.block_users(a)[0], layout.block_users(b - 1)[1]) for a, b in self.shard_blocks]
+        # A dataset's held-out records, in blocks spread over the shards the same way (some may hold none).
+        heldout = job.heldout_layout
+        groups = heldout.shard_blocks(len(self.shard_blocks)) if heldout.n_blocks else []
+        self.heldout_blocks = groups + [(0, 0)] * (len(self.shard_blocks) - len(groups))
 
     def owner(self, plan: RoundPlan) -> int | None:
         """The shard holding every user of the round, if one does."""
@@ -49,6 +54,16 @@ class ShardPool(abc.ABC):
     @abc.abstractmethod
     def shuffle_messages(self, plan: RoundPlan, params: Any, theta: np.ndarray) -> list[Messages]:
         """Literal mode: every shard's messages through the two-stage shuffle."""
+
+    @abc.abstractmethod
+    def call_all(self, method: str, *args: Any) -> list:
+        """Shard.<method>(*args) on every shard, the results in shard order."""
+
+    def block_sums(self, method: str, *args: Any) -> tuple[np.ndarray, ...]:
+        """A Shard method's per-block arrays from every shard, concatenated in block order
+        (what makes a dataset's metrics independent of the sharding)."""
+        results = self.call_all(method, *args)
+        return tuple(np.concatenate([result[part] for result in results]) for part in range(len(results[0])))
 
     def close(self) -> None:
         """Releases the shards."""
@@ -88,4 +103,6 @@ class ShardPool(abc.ABC):
                 state, batch = self.run_rounds(owner, state, start, stop)
             records.extend(batch)
             start = stop
+        if not self.job.problem.exact_loss:  # a dataset: its metrics are sums over the shards' rows
+            records = evaluation.measure(self, records)
         return state, records

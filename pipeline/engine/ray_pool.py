@@ -39,9 +39,9 @@ def ship_plugins(job: RunJob) -> None:
 class _RayShard(Shard):
     """A shard in a Ray actor: it keeps plug-in classes travelling by value."""
 
-    def __init__(self, job: RunJob, first_block: int, stop_block: int):
+    def __init__(self, job: RunJob, first_block: int, stop_block: int, heldout_blocks: tuple[int, int]):
         ship_plugins(job)
-        super().__init__(job, first_block, stop_block)
+        super().__init__(job, first_block, stop_block, heldout_blocks)
 
 
 # A shard actor that dies (node loss, OOM kill) is restarted: its constructor
@@ -80,8 +80,8 @@ class RayPool(ShardPool):
                 ShardActor.options(
                     num_cpus=per_actor,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=index),
-                ).remote(job, first, stop)  # the job is small: inline, so a restart never loses it
-                for index, (first, stop) in enumerate(self.shard_blocks)
+                ).remote(job, first, stop, heldout)  # the job is small: inline, so a restart never loses it
+                for index, ((first, stop), heldout) in enumerate(zip(self.shard_blocks, self.heldout_blocks))
             ]
             # Wait for every actor to have generated its users, so a failure in
             # data generation surfaces here and rounds time only rounds.
@@ -98,6 +98,10 @@ class RayPool(ShardPool):
         # The partials stay in the object store; one shard adds them up.
         partials = [actor.partial_counts.remote(plan, params, theta_ref) for actor in self.actors]
         return ray.get(self.actors[0].merge.remote(*partials))
+
+    def call_all(self, method, *args):
+        refs = [ray.put(arg) for arg in args]
+        return ray.get([getattr(actor, method).remote(*refs) for actor in self.actors])
 
     def shuffle_messages(self, plan, params, theta):
         destinations = len(self.actors)

@@ -30,22 +30,31 @@ class Shard:
     Args:
       job: the run.
       first_block, stop_block: the shard's blocks.
+      heldout_blocks: the blocks of held-out records it measures (a dataset's test rows; job.heldout_layout).
     """
 
-    def __init__(self, job: RunJob, first_block: int, stop_block: int):
+    def __init__(self, job: RunJob, first_block: int, stop_block: int, heldout_blocks: tuple[int, int] = (0, 0)):
         self.job = job
         layout = job.layout
         self.blocks = range(first_block, stop_block)
         self.first_user = layout.block_users(first_block)[0]
         self.stop_user = layout.block_users(stop_block - 1)[1]
-        # Each block's data come from its own stream: the same whatever the sharding.
-        # Filled block by block: peak memory is the data plus one block.
         # (rows, users): d rows, or d + 1 for labelled data (features, then the label).
-        self.data = np.empty((job.problem.data_dim, self.stop_user - self.first_user))
-        for block in self.blocks:
-            first, stop = layout.block_users(block)
-            self.data[:, first - self.first_user: stop - self.first_user] = job.problem.sample(
-                stream(job.seed, DATA_STREAM, block), stop - first)
+        if job.problem.reads_rows:  # a dataset: this shard reads its users' rows, and no others
+            self.data = job.problem.read_users(job.n_users, self.first_user, self.stop_user)
+        else:
+            # Each block's data come from its own stream: the same whatever the sharding.
+            # Filled block by block: peak memory is the data plus one block.
+            self.data = np.empty((job.problem.data_dim, self.stop_user - self.first_user))
+            for block in self.blocks:
+                first, stop = layout.block_users(block)
+                self.data[:, first - self.first_user: stop - self.first_user] = job.problem.sample(
+                    stream(job.seed, DATA_STREAM, block), stop - first)
+        self.heldout_blocks = range(*heldout_blocks)
+        heldout = job.heldout_layout
+        self.heldout_first = heldout.block_users(heldout_blocks[0])[0] if self.heldout_blocks else 0
+        self.heldout = (job.problem.read_heldout(self.heldout_first, heldout.block_users(heldout_blocks[1] - 1)[1])
+                        if self.heldout_blocks else None)
         self.dim = job.problem.dim
         self._step = chunk_users(self.dim)
         self._buffer = np.empty(self.dim * self._step)
@@ -118,6 +127,33 @@ class Shard:
             for block, users in self._block_slices(plan)
         ]
         return self.job.protocol.merge(parts) if parts else None
+
+    def _per_block(self, layout, blocks: range, data: np.ndarray | None, first_user: int, measure) -> np.ndarray:
+        """measure(block's records) for each block, stacked in block order."""
+        return np.stack([measure(data[:, layout.block_users(b)[0] - first_user: layout.block_users(b)[1] - first_user])
+                         for b in blocks]) if blocks else None
+
+    def objective_blocks(self, theta: np.ndarray) -> tuple[np.ndarray]:
+        """Per block: the loss sum and its gradient at θ (a dataset's optimum; pipeline.engine.evaluation).
+
+        Returns:
+          ((blocks, 1 + dim),).
+        """
+        sums = self._per_block(self.job.layout, self.blocks, self.data, self.first_user,
+                               lambda data: self.job.problem.objective_sums(theta, data))
+        return (sums,)
+
+    def metric_blocks(self, thetas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per block of users and of held-out records: loss sums and correct counts of T models.
+
+        Returns:
+          ((blocks, 2, T), (held-out blocks, 2, T)).
+        """
+        measure = lambda data: self.job.problem.metric_sums(thetas, data)  # noqa: E731
+        train = self._per_block(self.job.layout, self.blocks, self.data, self.first_user, measure)
+        heldout = self._per_block(self.job.heldout_layout, self.heldout_blocks, self.heldout, self.heldout_first,
+                                  measure)
+        return train, heldout if heldout is not None else np.zeros((0, 2, len(thetas)))
 
     def merge(self, *partials: Any) -> Any:
         """Adds the shards' partials of a round, so that only the total goes

@@ -2,6 +2,7 @@
 from pipeline.problems.absolute import Absolute
 from pipeline.problems.base import Problem
 from pipeline.problems.bernoulli import Bernoulli
+from pipeline.problems.dataset import Dataset
 from pipeline.problems.elastic import Elastic
 from pipeline.problems.l1_least_squares import L1LeastSquares, L1LeastSquaresActive
 from pipeline.problems.logistic import Logistic
@@ -9,7 +10,7 @@ from pipeline.problems.quadratic import Quadratic
 
 PROBLEMS = {"quadratic": Quadratic, "logistic": Logistic, "absolute": Absolute, "elastic": Elastic,
             "bernoulli": Bernoulli, "l1_least_squares": L1LeastSquares,
-            "l1_least_squares_active": L1LeastSquaresActive}
+            "l1_least_squares_active": L1LeastSquaresActive, "dataset": Dataset}
 
 
 def build_problem(name: str, dim: int, radius: float) -> Problem:
@@ -29,4 +30,4 @@ def build_problem(name: str, dim: int, radius: float) -> Problem:
     return PROBLEMS[name](dim=dim, radius=radius)
 
 
-__all__ = ["PROBLEMS", "Absolute", "Bernoulli", "L1LeastSquares", "L1LeastSquaresActive", "Elastic", "Logistic", "Problem", "Quadratic", "build_problem"]
+__all__ = ["PROBLEMS", "Absolute", "Bernoulli", "Dataset", "L1LeastSquares", "L1LeastSquaresActive", "Elastic", "Logistic", "Problem", "Quadratic", "build_problem"]

@@ -40,6 +40,12 @@ class Problem(abc.ABC):
       options: its options (config fields problem.<name>), passed to the constructor.
       data_kind: "real", or "binary" for points in {0, 1}^d (protocols declare
         which kinds they encode).
+      reads_rows: False: users are drawn by `sample`; True: they are rows read
+        by `read_users` (a dataset: pipeline.problems.dataset).
+      exact_loss: True: `population_loss` and `optimum` are exact and cheap, so
+        every round is measured where it runs; False: the loss is a sum over the
+        rows, measured after the run from the shards' block sums
+        (pipeline.engine.evaluation: `metric_sums`, `objective_sums`, `risk`).
 
     Attributes (the constants the theorems of seed 000 need):
       dim: d, the dimension of θ and of the data.
@@ -53,6 +59,10 @@ class Problem(abc.ABC):
     name: str
     options: ClassVar[tuple[Option, ...]] = ()
     data_kind: ClassVar[str] = "real"
+    reads_rows: ClassVar[bool] = False
+    exact_loss: ClassVar[bool] = True
+    evaluations: int = 0  # rounds measured after the run when exact_loss is False
+    heldout_users: int = 0  # held-out records the shards measure (a dataset's test rows)
     dim: int
     lipschitz: float
     smoothness: float
@@ -117,6 +127,13 @@ class Problem(abc.ABC):
     def excess_loss(self, theta: np.ndarray) -> float:
         """Excess population loss F(θ) − F(θ*)."""
         return self.population_loss(theta) - self.population_loss(self.optimum)
+
+    def check_users(self, n_users: int) -> None:
+        """Refuses a number of users the problem cannot provide (a dataset's rows).
+
+        Raises:
+          ConfigError: naming n_users.
+        """
 
     @property
     def data_dim(self) -> int:

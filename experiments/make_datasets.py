@@ -1,0 +1,456 @@
+"""Datasets whose rows are users, written as Parquet for the pipeline's `problem: {name: dataset, source: ...}`.
+
+    python experiments/make_datasets.py sklearn [--out DIR] [--seed S] [--test-fraction F]
+                                                [--row-group-rows R] [--compression C]
+    python experiments/make_datasets.py synthetic --rows N --dim D --out FILE [--seed S]
+                                                  [--task logistic|least_squares]
+                                                  [--row-group-rows R] [--compression C]
+
+Every file has one row per user: float64 feature columns, then an int64 (or float64, for
+least squares) column `label`. The feature columns are all columns but `label`. Each file's
+schema metadata, key `shuffle_sco.dataset`, is JSON saying how it was made.
+
+sklearn: scikit-learn's bundled datasets (no network), each split into DIR/<name>_train.parquet
+and DIR/<name>_test.parquet (default DIR data/):
+
+  digits          load_digits: 1797 8x8 images, features x00..x63, label 0..9. Pixels are
+                  documented to lie in 0..16, so features are scaled by that DECLARED constant,
+                  x / 16 ∈ [0, 1], never by statistics of the data: preprocessing that looked at
+                  the data would itself spend privacy.
+  breast_cancer   load_breast_cancer: 569 rows, 30 features named by sklearn's feature names in
+                  snake_case (mean_radius, ..., worst_fractal_dimension), label 0/1. The
+                  features' ranges differ by orders of magnitude and no bound is documented, so
+                  they are written RAW; the pipeline clips/normalises each row (a per-user,
+                  data-independent map) before use.
+
+  The split: a permutation of the rows from numpy.random.default_rng(seed) (one generator per
+  dataset); the first round((1 - F) * N) permuted rows are the training file, the rest the test
+  file, both in permuted order so that file order carries no information.
+
+synthetic: N rows in row groups of R (default 262144), generated one group at a time and written
+by a second thread while the next group is generated, so memory stays O(R * D) (two groups)
+whatever N. Features x ~ N(0, I_D / D) (E||x||² = 1), columns
+x0..x{D-1} zero-padded to the width of D - 1; a true model θ0, a normalised Gaussian drawn from
+the seed, ||θ0|| = 1; logistic: label ∈ {0, 1} with P(1) = sigmoid(4 <θ0, x>); least_squares:
+label = <θ0, x> + 0.1 N(0, 1). Group g comes from numpy.random.default_rng([seed, g]) alone
+(see synthetic_group), so the output is deterministic and any group can be regenerated on its
+own. The end of the run prints the rows per second.
+
+Files are written to a temporary file in the target folder and moved into place at the end,
+so a crash leaves no half-written file. Bad arguments give one line
+`make_datasets: <field>=<value>: <rule>` on stderr and exit status 2, before anything is written.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = ROOT / "data"
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+LABEL = "label"
+METADATA_KEY = b"shuffle_sco.dataset"
+COMPRESSIONS = ("snappy", "zstd", "lz4", "gzip", "brotli", "none")
+TASKS = ("logistic", "least_squares")
+SKLEARN_DATASETS = ("digits", "breast_cancer")
+# load_digits' documented pixel range is 0..16 (sklearn's dataset description): the declared bound.
+DIGITS_PIXEL_MAX = 16.0
+# Synthetic generator constants (module docstring): logit scale and least-squares noise.
+LOGISTIC_SCALE = 4.0
+LEAST_SQUARES_NOISE = 0.1
+# Seeds are one 32-bit word so that the entropy [seed, g] of group g is distinct for distinct
+# (seed, g): a seed of two words [lo, hi] would give group g the entropy [lo, hi, g], the same
+# as seed lo's group hi once numpy pads both with zeros.
+MAX_SEED = 2**32 - 1
+
+
+class BadArgument(Exception):
+    """A command-line value that breaks a rule; its message is the one stderr line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but its errors (unknown option, missing subcommand) raise BadArgument, not exit."""
+
+    def error(self, message: str):
+        raise BadArgument(f"arguments: {message}")
+
+
+def feature_names(dim: int) -> list[str]:
+    """Feature column names x0..x{dim-1}, zero-padded to the width of dim - 1 (x00..x63 for 64).
+
+    Args:
+      dim: number of features, ≥ 1.
+
+    Returns:
+      The dim names, in column order (they also sort in that order).
+    """
+    width = len(str(dim - 1))
+    return [f"x{j:0{width}d}" for j in range(dim)]
+
+
+def snake_case(name: str) -> str:
+    """sklearn's feature name as a column name: "mean concave points" → "mean_concave_points".
+
+    Args:
+      name: a feature name.
+
+    Returns:
+      Lower case, each run of other characters than letters and digits one underscore.
+    """
+    return re.sub(r"[^0-9a-z]+", "_", str(name).lower()).strip("_")
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _fail(field: str, value, rule: str):
+    raise BadArgument(f"{field}={value}: {rule}")
+
+
+def _integer(field: str, text: str, low: int, high: int | None = None) -> int:
+    rule = f"an integer ≥ {low}" if high is None else f"an integer in [{low}, {high}]"
+    try:
+        value = int(text)
+    except ValueError:
+        _fail(field, text, rule)
+    if value < low or (high is not None and value > high):
+        _fail(field, text, rule)
+    return value
+
+
+def _fraction(field: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        _fail(field, text, "a number in (0, 1)")
+    if not 0.0 < value < 1.0:  # also refuses nan
+        _fail(field, text, "a number in (0, 1)")
+    return value
+
+
+def _choice(field: str, text: str, choices: tuple[str, ...]) -> str:
+    if text not in choices:
+        _fail(field, text, "one of " + ", ".join(choices))
+    return text
+
+
+def _check_folder(field: str, folder: Path) -> None:
+    """The folder is, or can become, a directory: no path component is an existing file."""
+    for part in (folder, *folder.parents):
+        if part.exists():
+            if not part.is_dir():
+                _fail(field, folder, f"{part} is a file, not a folder")
+            return
+
+
+def split_sizes(rows: int, test_fraction: float) -> tuple[int, int]:
+    """Rows in the training and test files.
+
+    Args:
+      rows: rows of the dataset, ≥ 2.
+      test_fraction: in (0, 1).
+
+    Returns:
+      (n_train, n_test) with n_train = round((1 - test_fraction) * rows), n_test = rows - n_train.
+    """
+    n_train = round((1.0 - test_fraction) * rows)
+    return n_train, rows - n_train
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _parquet_compression(name: str) -> str | None:
+    return None if name == "none" else name
+
+
+class _AtomicFile:
+    """A temporary file in the target's folder, moved onto the target by commit(), else removed."""
+
+    def __init__(self, target: Path):
+        self.target = target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(handle)
+        self.temp = Path(name)
+
+    def commit(self) -> None:
+        # mkstemp makes the file owner-only (0600); give it what open() would have: 0666 less the umask.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(self.temp, 0o666 & ~umask)
+        os.replace(self.temp, self.target)
+
+    def discard(self) -> None:
+        self.temp.unlink(missing_ok=True)
+
+
+def _schema(names: list[str], label_type: pa.DataType, metadata: dict) -> pa.Schema:
+    fields = [pa.field(name, pa.float64(), nullable=False) for name in names]
+    fields.append(pa.field(LABEL, label_type, nullable=False))
+    return pa.schema(fields, metadata={METADATA_KEY: json.dumps(metadata, sort_keys=True).encode()})
+
+
+def _arrow(values: np.ndarray, kind: pa.DataType) -> pa.Array:
+    # Wraps the numpy buffer without a copy; pa.array would too, but first imports pandas (0.35 s)
+    # to ask whether the array is a pandas object (as does DataType.to_pandas_dtype).
+    values = np.ascontiguousarray(values, dtype=np.int64 if kind == pa.int64() else np.float64)
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
+
+
+def _table(schema: pa.Schema, columns: list[np.ndarray], label: np.ndarray) -> pa.Table:
+    arrays = [_arrow(col, pa.float64()) for col in columns] + [_arrow(label, schema.field(LABEL).type)]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+# --------------------------------------------------------------------------- sklearn
+
+
+def load_sklearn(name: str) -> tuple[np.ndarray, np.ndarray, list[str], dict]:
+    """One of scikit-learn's bundled datasets, preprocessed without looking at the data.
+
+    Args:
+      name: "digits" or "breast_cancer".
+
+    Returns:
+      (features (N, d) float64, labels (N,) int64, feature column names, metadata notes).
+
+    Raises:
+      RuntimeError: digits pixels outside their documented range 0..16 (the declared bound is wrong).
+    """
+    from sklearn import datasets
+
+    if name == "digits":
+        bunch = datasets.load_digits()
+        raw = np.asarray(bunch.data, dtype=np.float64)
+        # A check of the declared bound, not a data-dependent scale: the scale is fixed at 1/16.
+        if raw.min() < 0.0 or raw.max() > DIGITS_PIXEL_MAX:
+            raise RuntimeError(f"load_digits pixels outside the documented 0..{DIGITS_PIXEL_MAX:g}")
+        x = raw / DIGITS_PIXEL_MAX
+        names = feature_names(x.shape[1])
+        notes = {"source": "sklearn.datasets.load_digits", "preprocessing": "x / 16 (documented pixel range 0..16)",
+                 "feature_range": [0.0, 1.0]}
+    elif name == "breast_cancer":
+        bunch = datasets.load_breast_cancer()
+        x = np.asarray(bunch.data, dtype=np.float64)
+        names = [snake_case(n) for n in bunch.feature_names]
+        notes = {"source": "sklearn.datasets.load_breast_cancer",
+                 "preprocessing": "none: raw features, no documented bound; clip/normalise per row before use",
+                 "feature_range": None}
+    else:
+        raise ValueError(f"unknown sklearn dataset {name!r}")
+    if len(set(names)) != len(names):
+        raise RuntimeError(f"{name}: feature names collide in snake_case")
+    return x, np.asarray(bunch.target, dtype=np.int64), names, notes
+
+
+def _sklearn(args: argparse.Namespace) -> int:
+    seed = _integer("seed", args.seed, 0, MAX_SEED)
+    test_fraction = _fraction("test-fraction", args.test_fraction)
+    row_group_rows = _integer("row-group-rows", args.row_group_rows, 1)
+    compression = _choice("compression", args.compression, COMPRESSIONS)
+    out = Path(args.out)
+    _check_folder("out", out)
+    try:
+        loaded = {name: load_sklearn(name) for name in SKLEARN_DATASETS}
+    except ImportError:
+        print("make_datasets: scikit-learn is not installed: pip install -e '.[datasets]'", file=sys.stderr)
+        return EXIT_FAILED
+    for name, (x, _, _, _) in loaded.items():  # both files non-empty, checked before writing any
+        n_train, n_test = split_sizes(len(x), test_fraction)
+        if n_train < 1 or n_test < 1:
+            _fail("test-fraction", args.test_fraction, f"leaves an empty split of the {len(x)} rows of {name}")
+
+    files = []  # (atomic file, rows, features): all moved into place only once every one is written
+    try:
+        for name, (x, y, names, notes) in loaded.items():
+            n_train, _ = split_sizes(len(x), test_fraction)
+            order = np.random.default_rng(seed).permutation(len(x))
+            for split, rows in (("train", order[:n_train]), ("test", order[n_train:])):
+                meta = {**notes, "dataset": name, "split": split, "seed": seed, "test_fraction": test_fraction,
+                        "source_rows": len(x), "rows": len(rows), "row_order": "permuted"}
+                schema = _schema(names, pa.int64(), meta)
+                part = x[rows]
+                table = _table(schema, [part[:, j] for j in range(part.shape[1])], y[rows])
+                target = _AtomicFile(out / f"{name}_{split}.parquet")
+                files.append((target, len(rows), len(names)))
+                pq.write_table(table, target.temp, row_group_size=row_group_rows,
+                               compression=_parquet_compression(compression))
+        for target, _, _ in files:
+            target.commit()
+    finally:
+        for target, _, _ in files:
+            target.discard()  # no-op for the committed ones
+    for target, rows, features in files:
+        print(f"{target.target}  rows {rows}  features {features}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- synthetic
+
+
+def synthetic_theta0(seed: int, dim: int) -> np.ndarray:
+    """The synthetic dataset's true model: a normalised Gaussian, ||θ0|| = 1.
+
+    It comes from the seed's first spawned child, SeedSequence(seed).spawn(1)[0], not from
+    default_rng(seed): numpy pads entropy with zeros, so default_rng(seed) is the same stream
+    as group 0's default_rng([seed, 0]), and θ0 would be made of group 0's features.
+
+    Args:
+      seed: 0 ≤ seed < 2³².
+      dim: number of features, ≥ 1.
+
+    Returns:
+      θ0, shape (dim,), float64.
+    """
+    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(1)[0])
+    g = rng.standard_normal(dim)
+    return g / np.linalg.norm(g)
+
+
+def synthetic_group(seed: int, group_index: int, rows: int, theta0: np.ndarray,
+                    task: str) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of one row group of the synthetic dataset, from default_rng([seed, group_index]).
+
+    The draws, in order: the features as a (dim, rows) standard normal array (row-major, so
+    each feature's column is contiguous), scaled by 1/sqrt(dim); then for logistic, rows uniforms
+    u with label = [u < sigmoid(4 <θ0, x>)], for least squares rows standard normals e with
+    label = <θ0, x> + 0.1 e. Group g of a file with row groups of R rows holds its rows
+    g R .. min((g + 1) R, N) - 1.
+
+    Args:
+      seed: 0 ≤ seed < 2³².
+      group_index: the row group, ≥ 0.
+      rows: rows in this group, ≥ 1.
+      theta0: the true model, synthetic_theta0(seed, dim).
+      task: "logistic" or "least_squares".
+
+    Returns:
+      (features transposed, shape (dim, rows) float64; labels, shape (rows,), int64 for
+      logistic, float64 for least squares).
+    """
+    rng = np.random.default_rng([seed, group_index])
+    dim = theta0.shape[0]
+    xt = rng.standard_normal((dim, rows))
+    xt *= 1.0 / math.sqrt(dim)
+    margin = theta0 @ xt
+    if task == "logistic":
+        # u < sigmoid(s m) ⇔ u (1 + exp(-s m)) < 1: one exp and no division per row.
+        label = (rng.random(rows) * (1.0 + np.exp(-LOGISTIC_SCALE * margin)) < 1.0).astype(np.int64)
+    elif task == "least_squares":
+        label = margin + LEAST_SQUARES_NOISE * rng.standard_normal(rows)
+    else:
+        raise ValueError(f"unknown task {task!r}")
+    return xt, label
+
+
+def _synthetic(args: argparse.Namespace) -> int:
+    rows = _integer("rows", args.rows, 1)
+    dim = _integer("dim", args.dim, 1)
+    seed = _integer("seed", args.seed, 0, MAX_SEED)
+    row_group_rows = _integer("row-group-rows", args.row_group_rows, 1)
+    task = _choice("task", args.task, TASKS)
+    compression = _choice("compression", args.compression, COMPRESSIONS)
+    out = Path(args.out)
+    if out.is_dir():
+        _fail("out", out, "a folder; give the file to write, e.g. data/synthetic.parquet")
+    _check_folder("out", out.parent)
+
+    start = time.perf_counter()
+    theta0 = synthetic_theta0(seed, dim)
+    names = feature_names(dim)
+    groups = math.ceil(rows / row_group_rows)
+    meta = {"source": "synthetic", "task": task, "rows": rows, "dim": dim, "seed": seed,
+            "row_group_rows": row_group_rows, "theta0": theta0.tolist(),
+            "generator": "experiments/make_datasets.py synthetic_group: default_rng([seed, group])",
+            "logistic_scale": LOGISTIC_SCALE, "least_squares_noise": LEAST_SQUARES_NOISE}
+    schema = _schema(names, pa.int64() if task == "logistic" else pa.float64(), meta)
+    target = _AtomicFile(out)
+    try:
+        # Random float64 features never repeat: dictionary encoding would only be tried and dropped
+        # (slow); the 0/1 logistic label shrinks to a bit per row with it.
+        dictionary = [LABEL] if task == "logistic" else False
+        # One writer thread: numpy's sampling and Parquet's encoding and write both release the GIL, so
+        # group g is written while group g + 1 is generated (on 2 cores ~1.8x the rows/s of doing them
+        # in turn). At most two groups are in memory: the one being written and the next one.
+        # The pool is the inner context so that it finishes its write before the writer closes.
+        with pq.ParquetWriter(target.temp, schema, compression=_parquet_compression(compression),
+                              use_dictionary=dictionary) as writer, ThreadPoolExecutor(max_workers=1) as pool:
+            pending = None
+            for g in range(groups):
+                n = min(row_group_rows, rows - g * row_group_rows)
+                xt, label = synthetic_group(seed, g, n, theta0, task)
+                table = _table(schema, list(xt), label)
+                if pending is not None:
+                    pending.result()  # re-raises the write's error, if any
+                pending = pool.submit(writer.write_table, table, row_group_size=n)
+            if pending is not None:
+                pending.result()
+        target.commit()
+    finally:
+        target.discard()
+    seconds = time.perf_counter() - start
+    print(f"{out}  rows {rows}  features {dim}")
+    print(f"{groups} row groups in {seconds:.2f} s: {rows / seconds:,.0f} rows/s "
+          f"({out.stat().st_size / 2**20:,.1f} MiB, {compression})")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="make_datasets.py", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    # Values are read as text and checked in _sklearn/_synthetic, so every bad one gets the same
+    # one-line `field=value: rule` message.
+    sk = commands.add_parser("sklearn", help="digits and breast_cancer, split into train/test files")
+    sk.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (default data/)")
+    sk.add_argument("--seed", default="0", help="seed of the split's permutation (default 0)")
+    sk.add_argument("--test-fraction", default="0.2", help="share of rows in the test file, in (0, 1) (default 0.2)")
+    sk.add_argument("--row-group-rows", default="65536", help="rows per Parquet row group (default 65536)")
+    sk.add_argument("--compression", default="snappy", help="one of " + ", ".join(COMPRESSIONS))
+    syn = commands.add_parser("synthetic", help="Gaussian features, logistic or least-squares labels")
+    syn.add_argument("--rows", required=True, help="rows (users), ≥ 1")
+    syn.add_argument("--dim", required=True, help="features, ≥ 1")
+    syn.add_argument("--out", required=True, help="the Parquet file to write, e.g. data/synthetic.parquet")
+    syn.add_argument("--seed", default="0", help="seed of θ0 and of every row group (default 0)")
+    syn.add_argument("--task", default="logistic", help="logistic (default) or least_squares")
+    syn.add_argument("--row-group-rows", default="262144", help="rows per row group, generated at once (default 262144)")
+    syn.add_argument("--compression", default="snappy", help="one of " + ", ".join(COMPRESSIONS))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand.
+
+    Args:
+      argv: the arguments after the program name (default sys.argv[1:]).
+
+    Returns:
+      0 on success, 2 for a bad argument (one line on stderr, nothing written), 1 for a
+      missing scikit-learn.
+    """
+    try:
+        args = _parser().parse_args(argv)
+        return _sklearn(args) if args.command == "sklearn" else _synthetic(args)
+    except BadArgument as bad:
+        print(f"make_datasets: {bad}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

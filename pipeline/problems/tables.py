@@ -1,0 +1,305 @@
+"""Tables of records read in place: Parquet, CSV or NumPy `.npz`, from a local
+path or any URI that `pyarrow.fs` (or fsspec) understands, a row range at a time
+(shared/DESIGN.md §2, "Data sets").
+
+Columns are one-dimensional: a Parquet or CSV column, or in an `.npz` a 1-D
+array `name`, or a 2-D array `name` of shape (rows, k) seen as k columns
+`name[0]` … `name[k−1]`.
+"""
+from __future__ import annotations
+
+import fnmatch
+import functools
+import hashlib
+import os
+import struct
+import zipfile
+from typing import Iterator
+
+import numpy as np
+
+FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".npz": "npz"}
+HASH_CHUNK = 8 << 20  # bytes per read while fingerprinting
+SCAN_ROWS = 1 << 16  # rows per batch of a validation scan
+
+
+class TableError(ValueError):
+    """A table that cannot be opened or read as asked; the message is the rule it breaks."""
+
+
+def _filesystem(source: str):
+    """(pyarrow filesystem, path) of a local path or URI; fsspec for schemes pyarrow lacks."""
+    from pyarrow import fs
+
+    if "://" not in source:
+        return fs.LocalFileSystem(), os.path.abspath(source)
+    try:
+        return fs.FileSystem.from_uri(source)
+    except Exception as arrow_error:  # a scheme pyarrow has no native support for, e.g. gcsfs-only setups
+        try:
+            import fsspec
+
+            filesystem, path = fsspec.core.url_to_fs(source)
+        except Exception:
+            raise TableError(f"cannot be opened: {arrow_error}") from None
+        return fs.PyFileSystem(fs.FSSpecHandler(filesystem)), path
+
+
+def _npy_header(stream) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, Fortran order, dtype) of the .npy array that starts at the stream's position."""
+    version = np.lib.format.read_magic(stream)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    return read(stream)
+
+
+def format_of(source: str) -> str:
+    """The table format named by a source's suffix.
+
+    Raises:
+      TableError: an unknown suffix.
+    """
+    suffix = os.path.splitext(source.split("?")[0])[1].lower()
+    if suffix not in FORMATS:
+        raise TableError(f"must end in one of {', '.join(FORMATS)} (the format is read from the suffix)")
+    return FORMATS[suffix]
+
+
+class Table:
+    """One table, opened lazily, read by row ranges.
+
+    Args:
+      source: a local path or a URI (s3://, gs://, hdfs://, file://, …).
+
+    Raises:
+      TableError: an unknown format, a missing file or an unreadable one.
+    """
+
+    def __init__(self, source: str):
+        self.source = source
+        self.format = format_of(source)
+        self.filesystem, self.path = _filesystem(source)
+        from pyarrow import fs
+
+        info = self.filesystem.get_file_info(self.path)
+        if info.type != fs.FileType.File:
+            raise TableError("no such file")
+        self.size, self.mtime = info.size, info.mtime_ns
+
+    # --- what the table holds ---------------------------------------------------------
+
+    @functools.cached_property
+    def _parquet(self):
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.ParquetFile(self.filesystem.open_input_file(self.path))
+        except Exception as error:
+            raise TableError(f"is not a readable Parquet file: {error}") from None
+
+    @functools.cached_property
+    def _npz(self) -> dict[str, tuple[int, int | None]]:
+        """name → (rows, width or None for 1-D) of each array in an .npz."""
+        arrays = {}
+        with self.filesystem.open_input_file(self.path) as handle, zipfile.ZipFile(handle) as archive:
+            for member in archive.namelist():
+                if not member.endswith(".npy"):
+                    continue
+                with archive.open(member) as stream:
+                    shape, _, dtype = _npy_header(stream)
+                if len(shape) not in (1, 2) or dtype.kind not in "biuf":
+                    continue  # not a column or a block of numeric columns
+                arrays[member[:-4]] = (shape[0], shape[1] if len(shape) == 2 else None)
+        return arrays
+
+    @functools.cached_property
+    def columns(self) -> dict[str, bool]:
+        """Column name → whether it holds numbers (booleans, integers, floats), in file order."""
+        import pyarrow as pa
+
+        def numeric(kind) -> bool:
+            return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+
+        if self.format == "parquet":
+            return {field.name: numeric(field.type) for field in self._parquet.schema_arrow}
+        if self.format == "csv":
+            reader = self._csv_reader(None)
+            return {field.name: numeric(field.type) for field in reader.schema}
+        names = {}
+        for name, (_, width) in self._npz.items():
+            names.update({name: True} if width is None else {f"{name}[{i}]": True for i in range(width)})
+        return names
+
+    @functools.cached_property
+    def num_rows(self) -> int:
+        """How many rows (a CSV is counted by one streaming pass)."""
+        if self.format == "parquet":
+            return self._parquet.metadata.num_rows
+        if self.format == "npz":
+            counts = {rows for rows, _ in self._npz.values()}
+            if len(counts) > 1:
+                raise TableError(f"holds arrays of different lengths {sorted(counts)}: every array must have one entry per row")
+            return counts.pop() if counts else 0
+        return sum(batch.num_rows for batch in self._csv_reader([next(iter(self.columns))]))
+
+    def match(self, pattern: str, exclude: str) -> list[str]:
+        """The columns a comma-separated list of names or glob patterns names, in file order.
+
+        Args:
+          pattern: e.g. "x*", "age,income" or "*".
+          exclude: a column never matched (the label).
+
+        Returns:
+          The matched column names.
+        """
+        wanted = [part.strip() for part in pattern.split(",") if part.strip()]
+        return [name for name in self.columns
+                if name != exclude and any(fnmatch.fnmatchcase(name, part) for part in wanted)]
+
+    def fingerprint(self) -> str:
+        """The SHA-256 of the table's bytes: what cached results (the optimum) are keyed by."""
+        digest = hashlib.sha256()
+        with self.filesystem.open_input_stream(self.path) as stream:
+            while chunk := stream.read(HASH_CHUNK):
+                digest.update(chunk)
+        return digest.hexdigest()
+
+    # --- reading ------------------------------------------------------------------------
+
+    def _csv_reader(self, columns: list[str] | None):
+        from pyarrow import csv
+
+        include = {} if columns is None else {"include_columns": columns}
+        try:
+            return csv.open_csv(self.filesystem.open_input_stream(self.path),
+                                convert_options=csv.ConvertOptions(**include))
+        except Exception as error:
+            raise TableError(f"is not a readable CSV file: {error}") from None
+
+    def _into(self, out: np.ndarray, at: int, table, columns: list[str]) -> None:
+        """Copies an Arrow table's columns into out[:, at:at + rows] as float64."""
+        for index, name in enumerate(columns):
+            column = table.column(name)
+            if column.null_count:
+                raise TableError(f"column {name!r} has missing values")
+            out[index, at: at + table.num_rows] = column.to_numpy()
+
+    def read(self, columns: list[str], first: int, stop: int, rows: np.ndarray | None = None) -> np.ndarray:
+        """Rows [first, stop) of some columns, or the rows `rows` (sorted, within [first, stop)).
+
+        Reads only what holds them: the Parquet row groups that overlap the range,
+        one at a time; the .npz members memory-mapped when stored uncompressed on a
+        local disk; a CSV streamed up to `stop`.
+
+        Args:
+          columns: the column names.
+          first, stop: the row range.
+          rows: sorted row indices to keep, or None for every row of the range.
+
+        Returns:
+          float64 array of shape (len(columns), rows).
+        """
+        if rows is not None and rows.size == 0:
+            return np.empty((len(columns), 0))
+        count = stop - first
+        out = np.empty((len(columns), count if rows is None else rows.size))
+        keep = None if rows is None else rows - first  # positions within the range
+        if self.format == "npz":
+            for index, name in enumerate(columns):
+                values = self._npz_column(name)[first:stop]
+                out[index] = values if keep is None else values[keep]
+            return out
+        if self.format == "parquet":
+            pieces = self._parquet_pieces(columns, first, stop)
+        else:
+            pieces = self._csv_pieces(columns, first, stop)
+        # Each piece is (table, first row it holds); it is cut to the range and the rows kept.
+        at = 0
+        for table, start in pieces:
+            low, high = max(first, start), min(stop, start + table.num_rows)
+            if high <= low:
+                continue
+            piece = table.slice(low - start, high - low)
+            if keep is not None:
+                import pyarrow as pa
+
+                chosen = keep[(keep >= low - first) & (keep < high - first)] - (low - first)
+                piece = piece.take(pa.array(chosen))
+            self._into(out, at, piece, columns)
+            at += piece.num_rows
+        return out
+
+    def _parquet_pieces(self, columns: list[str], first: int, stop: int) -> Iterator:
+        metadata = self._parquet.metadata
+        start = 0
+        for group in range(metadata.num_row_groups):
+            rows = metadata.row_group(group).num_rows
+            if start < stop and first < start + rows:
+                yield self._parquet.read_row_group(group, columns=columns), start
+            start += rows
+            if start >= stop:
+                break
+
+    def _csv_pieces(self, columns: list[str], first: int, stop: int) -> Iterator:
+        start = 0
+        for batch in self._csv_reader(columns):
+            import pyarrow as pa
+
+            yield pa.Table.from_batches([batch]), start
+            start += batch.num_rows
+            if start >= stop:
+                break
+
+    @functools.lru_cache(maxsize=None)
+    def _npz_array(self, name: str) -> np.ndarray:
+        """An .npz member, memory-mapped where it is stored uncompressed on a local disk."""
+        member = f"{name}.npy"
+        from pyarrow import fs
+
+        if isinstance(self.filesystem, fs.LocalFileSystem):
+            with zipfile.ZipFile(self.path) as archive:
+                info = archive.getinfo(member)
+            if info.compress_type == zipfile.ZIP_STORED:
+                with open(self.path, "rb") as handle:
+                    handle.seek(info.header_offset)
+                    header = handle.read(30)  # the local file header: its name and extra field lengths
+                    name_length, extra_length = struct.unpack("<HH", header[26:30])
+                    handle.seek(info.header_offset + 30 + name_length + extra_length)
+                    shape, fortran, dtype = _npy_header(handle)
+                    offset = handle.tell()
+                return np.memmap(self.path, dtype=dtype, mode="r", offset=offset, shape=shape,
+                                 order="F" if fortran else "C")
+        with self.filesystem.open_input_file(self.path) as handle, zipfile.ZipFile(handle) as archive:
+            with archive.open(member) as stream:
+                return np.lib.format.read_array(stream)
+
+    def _npz_column(self, name: str) -> np.ndarray:
+        if name.endswith("]") and "[" in name:
+            array, index = name[:-1].split("[")
+            return self._npz_array(array)[:, int(index)]
+        return self._npz_array(name)
+
+    def scan(self, columns: list[str]) -> Iterator[np.ndarray]:
+        """Every row of some columns, a batch at a time (for checks that must see every value).
+
+        Yields:
+          float64 arrays of shape (len(columns), rows in the batch).
+        """
+        total = self.num_rows
+        if self.format == "npz":
+            for first in range(0, total, SCAN_ROWS):
+                yield self.read(columns, first, min(first + SCAN_ROWS, total))
+            return
+        batches = (self._parquet.iter_batches(batch_size=SCAN_ROWS, columns=columns)
+                   if self.format == "parquet" else self._csv_reader(columns))
+        import pyarrow as pa
+
+        for batch in batches:
+            out = np.empty((len(columns), batch.num_rows))
+            self._into(out, 0, pa.Table.from_batches([batch]), columns)
+            yield out
+
+    def __getstate__(self):  # open files do not travel; reopened where used
+        return {"source": self.source}
+
+    def __setstate__(self, state):
+        self.__init__(state["source"])
