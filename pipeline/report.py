@@ -150,6 +150,32 @@ def _models_vs_epsilon(runs: pd.DataFrame, axes) -> None:
     axes.legend(fontsize=7)
 
 
+def _accuracy_vs_epsilon(runs: pd.DataFrame, axes) -> pd.DataFrame:
+    """Held-out accuracy vs target ε on a dataset, one line per (optimizer, protocol,
+    accounting) with the spread over seeds; non-private runs as horizontal lines.
+
+    Returns:
+      The plotted means and standard deviations (the report's accuracy.csv).
+    """
+    measured = runs[runs["final_test_accuracy"].notna()]
+    summary = measured.groupby(["optimizer.name", "privacy.protocol", "privacy.accounting", "privacy.model",
+                                "privacy.epsilon"]).agg(
+        accuracy=("final_test_accuracy", "mean"), spread=("final_test_accuracy", "std"),
+        seeds=("final_test_accuracy", "size"), epsilon_spent=("epsilon", "max")).reset_index()
+    for (optimizer, protocol, accounting, model), curve in summary.groupby(
+            ["optimizer.name", "privacy.protocol", "privacy.accounting", "privacy.model"]):
+        label = f"{optimizer} / {protocol} ({model}, {accounting})"
+        if model == "none":
+            axes.axhline(curve["accuracy"].mean(), color="black", linestyle="--", label=f"{label}: non-private")
+        else:
+            axes.errorbar(curve["privacy.epsilon"], curve["accuracy"], yerr=curve["spread"].fillna(0.0), marker="o",
+                          capsize=3, label=label)
+    axes.set(xscale="log", xlabel="target ε", ylabel="held-out accuracy (mean ± std over seeds)",
+             title="Test accuracy vs ε")
+    axes.legend(fontsize=7)
+    return summary
+
+
 def build_report(out: str | Path) -> list[Path]:
     """Draws the report's figures into OUT/report/.
 
@@ -157,7 +183,8 @@ def build_report(out: str | Path) -> list[Path]:
       out: a results folder.
 
     Returns:
-      The files written (PNG figures and slopes.csv).
+      The files written (PNG figures, slopes.csv, and on datasets with held-out
+      records accuracy_vs_epsilon.png and accuracy.csv).
 
     Raises:
       ConfigError: the folder holds no finished runs.
@@ -173,10 +200,16 @@ def build_report(out: str | Path) -> list[Path]:
                        ("epsilon_vs_round", lambda ax: _epsilon_vs_round(runs, rounds, ax)),
                        ("compare_optimizers", lambda ax: _compare(runs, ax)),
                        *([("compare_models", lambda ax: _models_vs_epsilon(runs, ax))]
-                         if runs.get("privacy.protocol", pd.Series(dtype=str)).nunique() > 1 else [])):
+                         if runs.get("privacy.protocol", pd.Series(dtype=str)).nunique() > 1 else []),
+                       *([("accuracy_vs_epsilon", lambda ax: _accuracy_vs_epsilon(runs, ax))]
+                         if runs.get("final_test_accuracy", pd.Series(dtype=float)).notna().any() else [])):
         figure, axes = plt.subplots(figsize=(8, 5))
         result = draw(axes)
-        slopes = result if result is not None else slopes
+        if name == "accuracy_vs_epsilon":
+            result.to_csv(folder / "accuracy.csv", index=False)
+            written.append(folder / "accuracy.csv")
+        elif result is not None:
+            slopes = result
         figure.tight_layout()
         path = folder / f"{name}.png"
         figure.savefig(path, dpi=110)
