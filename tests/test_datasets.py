@@ -344,3 +344,40 @@ def test_bad_input_is_one_line_naming_the_field_before_anything_is_written(tmp_p
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"config error: {field} = ") and phrase in lines[0], lines
     assert not (tmp_path / "out").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+# --- real data in the box ---------------------------------------------------------------------------------
+
+
+def test_the_digits_grids_run_small_and_the_report_draws_accuracy_against_epsilon(tmp_path):
+    """experiments/digits/ at ε ∈ {1, 15}, one seed, on the files make_datasets.py writes.
+    Chance is 0.1; with 359 held-out images one accuracy's standard error is at most
+    √(0.25/359) = 0.026, so 5 SE is 0.13."""
+    repo = Path(__file__).resolve().parents[1]
+    data = tmp_path / "data"
+    made = subprocess.run([sys.executable, str(repo / "experiments" / "make_datasets.py"), "sklearn", "--out", str(data)],
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    out, uri = tmp_path / "results", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for name in ("dp_sgd", "cldp_sgd", "nonprivate"):
+        args = ["run", str(repo / "experiments" / "digits" / f"{name}.yaml"), "--out", str(out),
+                "--set", f"tracking.mlflow_uri={uri}", "--set", "execution.backend=local", "--set", "seeds=[0]",
+                "--set", f"problem.source={data / 'digits_train.parquet'}",
+                "--set", f"problem.test={data / 'digits_test.parquet'}"]
+        if name != "nonprivate":
+            args += ["--set", "grid.privacy.epsilon=[1.0, 15.0]", "--set", "grid.privacy.accounting=[tight]"]
+        assert cli.main(args) == 0
+    assert cli.main(["report", str(out)]) == 0
+    assert (out / "report" / "accuracy_vs_epsilon.png").stat().st_size > 10_000
+    accuracy = pd.read_csv(out / "report" / "accuracy.csv").set_index(["optimizer.name", "privacy.epsilon"])["accuracy"]
+    chance, five_se = 0.1, 5 * math.sqrt(0.25 / 359)
+    assert accuracy["sgd", 15.0] > 0.8  # logistic regression on digits: about 0.9 in one pass
+    assert accuracy["dp_sgd", 15.0] > accuracy["dp_sgd", 1.0] + five_se > chance + five_se
+    assert accuracy["dp_sgd", 15.0] < accuracy["sgd", 15.0] + five_se
+    runs = pd.read_parquet(out / "runs.parquet")
+    private = runs["privacy.protocol"] != "none"  # exact sums spend ε = ∞ by design
+    assert (runs["epsilon"][private] <= runs["privacy.epsilon"][private]).all()
+    assert (runs["final_optimum_gap"] < 1e-8).all()
+    with sqlite3.connect(tmp_path / "mlflow.db") as db:
+        logged = {key for (key,) in db.execute("SELECT DISTINCT key FROM metrics")}
+    assert {"test_accuracy", "test_loss", "final_test_accuracy", "excess_loss"} <= logged
