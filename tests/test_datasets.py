@@ -169,16 +169,18 @@ def test_every_format_gives_the_same_run_bit_identical_for_any_sharding_and_back
 def test_each_shard_reads_only_the_row_groups_that_hold_its_users(tmp_path, monkeypatch):
     features, labels = _logistic_data(1000)
     source = _table(tmp_path / "t.parquet", features, labels, row_group=50)
-    groups_read: list[int] = []
+    groups_read: list[list[int]] = [[]]  # per Table.read call, the row groups it read
     ranges: list[tuple[int, int]] = []
     read_group, read = pq.ParquetFile.read_row_group, Table.read
 
     def spy_group(self, index, *args, **kwargs):
-        groups_read.append(index)
+        if not groups_read[-1] or groups_read[-1][-1] != index:  # a group is read a column at a time
+            groups_read[-1].append(index)
         return read_group(self, index, *args, **kwargs)
 
     def spy_read(self, columns, first, stop, rows=None):
         ranges.append((first, stop))
+        groups_read.append([])
         return read(self, columns, first, stop, rows)
 
     monkeypatch.setattr(pq.ParquetFile, "read_row_group", spy_group)
@@ -186,13 +188,13 @@ def test_each_shard_reads_only_the_row_groups_that_hold_its_users(tmp_path, monk
     path = _config(tmp_path, {"source": str(source)}, n_users=1000)
     run = config.expand(config.read_config(path))[0]
     planned = plan_run(run)
-    assert not groups_read and not ranges  # planning scans in batches, it never keeps a row
+    assert groups_read == [[]] and not ranges  # planning scans in batches, it never keeps a row
     from pipeline.engine.local import LocalPool
 
     pool = LocalPool(planned.job, 3)
     assert ranges == pool.user_ranges  # one read per shard, of its own users' rows
-    expected = [g for first, stop in pool.user_ranges for g in range(first // 50, (stop - 1) // 50 + 1)]
-    assert groups_read == expected  # each shard's groups overlap its rows (a boundary group is read twice)
+    expected = [list(range(first // 50, (stop - 1) // 50 + 1)) for first, stop in pool.user_ranges]
+    assert groups_read[1:] == expected  # each shard's groups overlap its rows (a boundary group is read twice)
 
 
 def test_the_driver_never_reads_a_row_when_shards_are_ray_actors(tmp_path, monkeypatch, ray_session):

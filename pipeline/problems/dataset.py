@@ -32,6 +32,7 @@ from pipeline.problems.losses import LOSSES, Loss
 from pipeline.problems.tables import Table, TableError
 
 ROW_MODES = ("clip", "normalize")
+PREPARE_ROWS = 8192  # rows preprocessed at once: (d + 1) × 8192 floats stay in cache
 
 # (source, size, mtime, columns, label checks) → (rows, fingerprint): each table is scanned once per process.
 _SCANNED: dict[tuple, tuple[int, str]] = {}
@@ -212,23 +213,32 @@ class Dataset(Problem):
             chosen = rows[first:stop]
             raw = table.read(columns, int(chosen[0]), int(chosen[-1]) + 1, chosen) if chosen.size else \
                 np.empty((len(columns), 0))
-        if not np.isfinite(raw).all():  # changed since the preflight scan
-            raise RuntimeError(f"{source} has non-finite values in rows it did not have when the run was planned")
-        return self._prepare(raw)
+        for first_row in range(0, raw.shape[1], PREPARE_ROWS):
+            if not self._prepare(raw[:, first_row: first_row + PREPARE_ROWS]):  # changed since the preflight scan
+                raise RuntimeError(f"{source} has non-finite values in rows it did not have when the run was planned")
+        return raw
 
-    def _prepare(self, raw: np.ndarray) -> np.ndarray:
-        """The data-independent preprocessing (module docstring), in place: scale, clip or
-        normalise each row to B, labels in the loss's coding."""
+    def _prepare(self, raw: np.ndarray) -> bool:
+        """The data-independent preprocessing (module docstring), in place, on a few
+        rows at a time (they stay in cache): scale, clip or normalise each row to B,
+        labels in the loss's coding.
+
+        Returns:
+          Whether every value was finite.
+        """
         features = raw[:-1]
-        features *= self.scale
-        norms = np.linalg.norm(features, axis=0)
+        if self.scale != 1.0:
+            features *= self.scale
+        norms = np.sqrt(np.einsum("ij,ij->j", features, features))
+        if not (np.isfinite(norms).all() and np.isfinite(raw[-1]).all()):
+            return False
         if self.rows == "normalize":
             factor = np.divide(self.feature_bound, norms, out=np.zeros_like(norms), where=norms > 0)
         else:
             factor = np.minimum(1.0, np.divide(self.feature_bound, norms, out=np.ones_like(norms), where=norms > 0))
         features *= factor
         raw[-1] = self.loss.code(raw[-1])
-        return raw
+        return True
 
     def read_users(self, n_users: int, first: int, stop: int) -> np.ndarray:
         """Users first … stop−1's records, read from the table (only their rows).

@@ -187,8 +187,8 @@ class Table:
         """Rows [first, stop) of some columns, or the rows `rows` (sorted, within [first, stop)).
 
         Reads only what holds them: the Parquet row groups that overlap the range,
-        one at a time; the .npz members memory-mapped when stored uncompressed on a
-        local disk; a CSV streamed up to `stop`.
+        one column chunk at a time; the .npz members memory-mapped when stored
+        uncompressed on a local disk; a CSV streamed up to `stop`.
 
         Args:
           columns: the column names.
@@ -209,12 +209,11 @@ class Table:
                 out[index] = values if keep is None else values[keep]
             return out
         if self.format == "parquet":
-            pieces = self._parquet_pieces(columns, first, stop)
-        else:
-            pieces = self._csv_pieces(columns, first, stop)
-        # Each piece is (table, first row it holds); it is cut to the range and the rows kept.
+            self._read_parquet(out, columns, first, stop, keep)
+            return out
+        # A CSV streams in batches, each (table, first row it holds): cut to the range, the rows kept.
         at = 0
-        for table, start in pieces:
+        for table, start in self._csv_pieces(columns, first, stop):
             low, high = max(first, start), min(stop, start + table.num_rows)
             if high <= low:
                 continue
@@ -228,13 +227,26 @@ class Table:
             at += piece.num_rows
         return out
 
-    def _parquet_pieces(self, columns: list[str], first: int, stop: int) -> Iterator:
+    def _read_parquet(self, out: np.ndarray, columns: list[str], first: int, stop: int,
+                      keep: np.ndarray | None) -> None:
+        """Fills out from the row groups that overlap [first, stop), one column chunk at a
+        time: a shard holds its rows plus one column of one row group, never a whole group."""
         metadata = self._parquet.metadata
-        start = 0
+        start, at = 0, 0
         for group in range(metadata.num_row_groups):
             rows = metadata.row_group(group).num_rows
-            if start < stop and first < start + rows:
-                yield self._parquet.read_row_group(group, columns=columns), start
+            low, high = max(first, start), min(stop, start + rows)
+            if low < high:
+                # Positions within the group of the rows kept (all of [low, high), or the sampled ones).
+                chosen = slice(low - start, high - start) if keep is None else \
+                    keep[(keep >= low - first) & (keep < high - first)] + (first - start)
+                count = high - low if keep is None else chosen.size
+                for index, name in enumerate(columns):
+                    column = self._parquet.read_row_group(group, columns=[name]).column(0)
+                    if column.null_count:
+                        raise TableError(f"column {name!r} has missing values")
+                    out[index, at: at + count] = column.to_numpy()[chosen]
+                at += count
             start += rows
             if start >= stop:
                 break
