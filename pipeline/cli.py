@@ -29,6 +29,12 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("config", help="the experiment YAML (its first grid point is audited)")
     audit.add_argument("--trials", default="20000", help=f"runs per neighbouring dataset, 100 to {MAX_TRIALS:.0e}")
     audit.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    audit.add_argument("--lower-bound", action="store_true",
+                       help="instead: run the optimizer on the matching hard instance and fail (exit 1) if its mean "
+                            "excess loss minus one standard error is below the certified lower bound")
+    audit.add_argument("--seeds", default="10", help="--lower-bound: runs, each on its own vertex (3 to 1000)")
+    audit.add_argument("--instance", choices=("lb_convex", "lb_strongly_convex"),
+                       help="--lower-bound: the hard instance (default: the one of the config's Table 1 row)")
     ledger = commands.add_parser("ledger", help="print the planned privacy ledger as JSON, without running")
     ledger.add_argument("config", help="the experiment YAML")
     ledger.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -85,9 +91,22 @@ def _report(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _audit_lower_bound(args: argparse.Namespace) -> int:
+    from pipeline import config, lower_bound_audit
+
+    seeds = lower_bound_audit.parse_seeds(args.seeds)
+    run = config.expand(config.read_config(args.config, args.overrides))[0]
+    found = lower_bound_audit.audit_lower_bound(run, seeds, args.instance)
+    print(json.dumps(found, indent=2, ensure_ascii=False))
+    return EXIT_OK if found["passed"] else EXIT_RUNS_FAILED
+
+
 def _audit(args: argparse.Namespace) -> int:
     from pipeline import audit, config, runner
     from pipeline.options import integer
+
+    if args.lower_bound:
+        return _audit_lower_bound(args)
 
     try:
         trials = integer(100, MAX_TRIALS)(args.trials)

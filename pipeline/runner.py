@@ -73,6 +73,7 @@ def plan_run(run: RunConfig) -> PlannedRun:
     problem = plugins.resolve("problem", run["problem.name"])(
         dim=run["problem.dim"], radius=run["problem.radius"], **_options(run, "problem"))
     problem.check_users(run["n_users"])
+    problem = problem.for_run(run)
     protocol = plugins.resolve("protocol", run["privacy.protocol"])(run["privacy.accounting"],
                                                                     **_options(run, "privacy"))
     _check_pairing(run, cls, protocol, problem)

@@ -135,6 +135,21 @@ class Problem(abc.ABC):
           ConfigError: naming n_users.
         """
 
+    def for_run(self, run) -> "Problem":
+        """The problem a run uses: itself, unless it depends on the run's (n, ε, δ)
+        (the lower-bound instances, pipeline.problems.hard).
+
+        Args:
+          run: the run's config (pipeline.config.RunConfig).
+
+        Returns:
+          The problem.
+
+        Raises:
+          ConfigError: a field the problem cannot be run with.
+        """
+        return self
+
     @property
     def data_dim(self) -> int:
         """Rows of a user's data point: d, or more for labelled data (features, then the label)."""
