@@ -47,6 +47,7 @@ from pipeline.problems.base import Problem, ball_projection
 MAX_VERTEX = 2**62 - 1
 # Candidate m = n·q for the default: log-spaced; any m gives a valid bound, this only picks a large one.
 _FLIP_GRID = np.geomspace(0.05, 1e7, 400)
+_REFERENCE_USERS = 10**9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,9 +111,13 @@ class _HardInstance(Problem):
         if self.flips is not None:
             return self.flips
         self._require_run()
-        cap = self.users / self.dim * (self.mass if self.mass is not None else 1.0)
+        # With ρ given, γ = m·d/(nρ) ≤ 1 caps m; otherwise ρ = m·d/n follows m, and n ≥ m·d is for_run's rule.
+        cap = self.users * self.mass / self.dim if self.mass is not None else math.inf
         candidates = [m for m in _FLIP_GRID if m <= cap] or [cap]
-        return max(candidates, key=lambda m: self._bound_at(m))
+        # Without ρ, m is chosen for n → ∞ (K ~ Poisson(m)), so it depends on (ε, δ) only and
+        # n ≥ m·d is a range the construction has, not one it adapts to.
+        chooser = self if self.mass is not None else dataclasses.replace(self, users=_REFERENCE_USERS)
+        return max(candidates, key=lambda m: chooser._bound_at(m, checked=False) * chooser.users**2)
 
     def _require_run(self) -> None:
         if self.users is None or self.epsilon is None or self.delta is None:
@@ -125,9 +130,10 @@ class _HardInstance(Problem):
         gamma = q * self.dim / rho
         return rho, rho * (1 + gamma) / (2 * self.dim), rho * (1 - gamma) / (2 * self.dim)
 
-    def _bound_at(self, flips: float) -> float:
+    def _bound_at(self, flips: float, checked: bool = True) -> float:
         rho, alpha, beta = self._masses(flips)
-        if rho > 1.0 or (alpha - beta) * self.dim > rho * (1 + 1e-12):  # outside the construction (γ > 1)
+        # Unchecked: the formula's value for m alone, used to choose the default m (ρ = m·d/n may exceed 1 there).
+        if checked and (rho > 1.0 or (alpha - beta) * self.dim > rho * (1 + 1e-12)):  # outside: γ > 1 or ρ > 1
             return 0.0
         return self.per_coordinate_weight(flips / self.users) * self.dim * lower_bounds.pair_error(
             self.users, alpha, beta, self.epsilon, self.delta)

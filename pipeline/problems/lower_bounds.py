@@ -33,7 +33,8 @@ the sum of its two error probabilities between P = P_v^n and Q = P_{v^(j)}^n.
 
 `pair_error` returns a lower bound on (err_P + err_Q)/2: the larger of the two.
 The Binomial expectation is a finite sum over k = 0…min(n, k_max), where k_max
-is the last k with δ_k < 1 (the terms after it are 0, not dropped); the result
+is the last k with δ_k < 1 (the terms after it are 0), and at most 75/ε and
+the Binomial's mean + 50 sd + 50 (later terms are ≥ 0 and dropped); the result
 is multiplied by (1 − 10⁻⁹) so that float64 rounding in the sum (relative
 ≤ 10⁻¹²) cannot lift it above the exact value.
 """
@@ -60,7 +61,9 @@ def group_delta(k: np.ndarray, epsilon: float, delta: float) -> np.ndarray:
       δ_k per entry of k (δ_0 = 0, δ_1 = δ).
     """
     k = np.asarray(k, dtype=float)
-    return delta * np.expm1(k * epsilon) / math.expm1(epsilon)
+    if delta == 0:  # pure DP: no δ to carry (and 0·∞ would be NaN)
+        return np.zeros_like(k)
+    return delta * np.expm1(np.minimum(k * epsilon, 700.0)) / math.expm1(epsilon)
 
 
 def private_pair_error(users: int, flip: float, epsilon: float, delta: float) -> float:
@@ -76,6 +79,10 @@ def private_pair_error(users: int, flip: float, epsilon: float, delta: float) ->
     """
     # δ_k < 1 ⟺ e^{kε} < 1 + (e^ε − 1)/δ; beyond that k every term is 0.
     last = users if delta == 0 else min(users, int(math.log1p(math.expm1(epsilon) / delta) / epsilon) + 1)
+    # Terms past e^{−kε} < e^{−75} or the Binomial's mean + 50 sd + 50 are dropped: they are ≥ 0, so the
+    # sum stays a lower bound, and what is dropped is below 10⁻³² of it.
+    mean = users * flip
+    last = min(last, int(75.0 / epsilon) + 1, int(mean + 50.0 * math.sqrt(mean) + 50))
     k = np.arange(last + 1)
     weights = stats.binom.pmf(k, users, flip)
     terms = np.clip(1.0 - group_delta(k, epsilon, delta), 0.0, None) / (1.0 + np.exp(np.minimum(k * epsilon, 700.0)))
