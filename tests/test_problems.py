@@ -24,7 +24,8 @@ SHAPES = [(1, 0.7), (5, 1.0), (12, 2.5)]  # (d, R)
 # ℓ2-ball problems with unlabelled data; the ℓ1-ball least squares has its own tests.
 BALL_PROBLEMS = ("quadratic", "logistic", "absolute", "elastic", "bernoulli")
 CASES = [(name, dim, radius) for name in BALL_PROBLEMS for dim, radius in SHAPES]
-SMOOTH = {"quadratic", "logistic", "bernoulli", "l1_least_squares", "l1_least_squares_active"}
+SMOOTH = {"quadratic", "logistic", "bernoulli", "l1_least_squares", "l1_least_squares_active", "lb_convex",
+          "lb_strongly_convex"}
 EPS = np.finfo(float).eps
 
 
@@ -83,7 +84,8 @@ def one_sided_derivatives(problem, theta: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def test_registry_and_constants():
-    assert set(PROBLEMS) == {*BALL_PROBLEMS, "l1_least_squares", "l1_least_squares_active", "dataset"}
+    assert set(PROBLEMS) == {*BALL_PROBLEMS, "l1_least_squares", "l1_least_squares_active", "dataset",
+                             "lb_convex", "lb_strongly_convex"}  # the hard instances: tests/test_hard_instances.py
     for name, cls in PROBLEMS.items():
         if cls.reads_rows:  # a dataset needs its table (tests/test_datasets.py)
             continue
