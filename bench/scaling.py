@@ -100,7 +100,58 @@ def run(size: str = "quick") -> dict[str, float]:
     single.close()
     figures["ray_work_user_coords_per_round"] = float(n_users * DIM)
     figures.update(_sequential_carry(size))
+    figures.update(_fanout_overhead(size))
     return figures
+
+
+def _fanout_overhead(size: str) -> dict[str, float]:
+    """What a fanned-out round costs on Ray beyond its work: `full_gd` on the quadratic,
+    n = 10⁴, d = 10, 300 rounds, tight accounting, 2 shards, on Ray (a compiled graph per
+    run, and plain actor calls) against in-process shards; interleaved, best of N."""
+    from pipeline.engine import ray_pool
+
+    rounds = sized(size, 5, 300, 300)
+    tree = full_gd_tree(10_000, DIM, rounds, shards=2)
+    tree["privacy"]["accounting"] = "tight"
+    tree["execution"]["block_size"] = 1024  # 10 blocks: every round spans both shards
+    job = planned_run(tree).job
+
+    def fresh_run(compiled: bool) -> float:
+        """A run's own time on new shards, as runs.parquet's wall_s counts it: from its
+        shards' start (the graph is compiled inside the run)."""
+        ray_pool.COMPILED = compiled
+        try:
+            pool = _pool_class(size)(job, 2)
+            began = time.perf_counter()
+            pool.run()
+            seconds = time.perf_counter() - began
+            pool.close()
+            return seconds
+        finally:
+            ray_pool.COMPILED = True
+
+    def local_run() -> float:
+        pool = LocalPool(job, 2)
+        began = time.perf_counter()
+        pool.run()
+        return time.perf_counter() - began
+
+    def build() -> float:  # the graph's compilation, part of the shards' set-up
+        pool = _pool_class(size)(job, 2)
+        began = time.perf_counter()
+        if getattr(pool, "compiled_round", None) is not None:
+            pool.compiled_round.close()
+            pool.compiled_round.build()
+        seconds = time.perf_counter() - began
+        pool.close()
+        return seconds
+
+    times = best_values({"ray": lambda: fresh_run(True), "local": local_run}, repeats=sized(size, 1, 4, 4))
+    plain_s = min(fresh_run(False) for _ in range(sized(size, 1, 2, 2)))
+    return {"fanout_round_overhead_ms": (times["ray"] - times["local"]) / rounds * 1e3,
+            "ray_vs_local_full_gd": times["ray"] / times["local"],
+            "ray_plain_vs_local_full_gd": plain_s / times["local"],
+            "compiled_graph_build_s": build()}
 
 
 def _sequential_carry(size: str) -> dict[str, float]:

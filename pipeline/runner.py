@@ -107,6 +107,7 @@ def plan_run(run: RunConfig) -> PlannedRun:
         try:
             params = protocol.plan(plan, problem.dim)
             protocol.check_call(params, job.simulation == engine.LITERAL)
+            protocol.remember(plan, problem.dim, params)  # shards reuse it (Protocol.planned)
         except ValueError as error:  # a PlanError names its field; a budget that cannot be met is the accounting's
             field = error.field if isinstance(error, PlanError) else "privacy.accounting"
             raise ConfigError(field, run[field], f"round {round_index}: {error}") from None

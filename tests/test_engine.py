@@ -70,6 +70,19 @@ def _trace(job, backend, shards):
 SEED_000 = ("mean_estimation", "seq_sgd", "full_gd", "seq_agd")
 
 
+def test_a_compiled_round_is_bit_identical_to_plain_actor_calls(ray_session, monkeypatch):
+    """Fanned-out rounds run as a Ray Compiled Graph (a tree of merges among 3 shards),
+    or as plain actor calls with SHUFFLE_SCO_COMPILED=0: the same run either way."""
+    from pipeline.engine import ray_pool
+
+    job = _jobs()["full_gd"]()
+    compiled = _trace(job, "ray", 3)
+    monkeypatch.setattr(ray_pool, "COMPILED", False)
+    plain = _trace(job, "ray", 3)
+    assert np.array_equal(compiled[0], plain[0]) and np.array_equal(compiled[1], plain[1])
+    assert np.array_equal(compiled[0], _trace(job, "local", 1)[0])
+
+
 @pytest.mark.parametrize("name", ["mean_estimation", "seq_sgd", "full_gd", "seq_agd", "cldp_sgd", "dss_sgd",
                                   "dp_sgd", "pnsgd", "mirror_descent_l1", "frank_wolfe_l1", "full_phased",
                                   "seq_phased", "seq_sgd_robust"])
@@ -193,17 +206,21 @@ def test_literal_mode_runs_a_real_shuffle_across_shards_and_matches_local(ray_se
     assert np.array_equal(local[0], remote[0]) and np.isfinite(local[0]).all()
 
 
-def test_a_shard_actor_killed_mid_run_is_restarted_and_the_run_is_bit_identical(ray_session, monkeypatch):
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "plain"])
+def test_a_shard_actor_killed_mid_run_is_restarted_and_the_run_is_bit_identical(ray_session, monkeypatch, compiled):
     """Every full_gd round fans out to both shards and the driver waits for the round's
     total; the victim is killed when the driver has received the total of round KILLED_AFTER
-    and submitted the next round's calls (an event of the run, not a timer), so calls
-    are in flight or queued on it when it dies."""
+    and submitted the next round (an event of the run, not a timer), so the round is in
+    flight or queued on it when it dies. A compiled graph is torn down and rebuilt, and
+    the round runs again; plain calls are retried by Ray."""
     import os
 
     import ray
 
     from pipeline.engine import ray_pool
+    from pipeline.protocols.cjmp import PartialCounts
 
+    monkeypatch.setattr(ray_pool, "COMPILED", compiled)
     n, rounds, killed_after = 20_000, 12, 4
     job = _job(FullGD.from_config(PROBLEM, n, 2.0, 1e-5, rounds=rounds), n, block_size=1024)
     reference = _trace(job, "local", 1)
@@ -217,7 +234,8 @@ def test_a_shard_actor_killed_mid_run_is_restarted_and_the_run_is_bit_identical(
             ray.kill(victim, no_restart=False)
             killed_at.append(len(totals))
         value = real_get(refs, *args, **kwargs)
-        totals.append(value)
+        if isinstance(value, PartialCounts):  # a round's total (not a graph's set-up or a readiness probe)
+            totals.append(value)
         return value
 
     monkeypatch.setattr(ray_pool.ray, "get", get_killing_after_round_k)
@@ -226,7 +244,9 @@ def test_a_shard_actor_killed_mid_run_is_restarted_and_the_run_is_bit_identical(
     finally:
         monkeypatch.setattr(ray_pool.ray, "get", real_get)
     pid_after = ray.get(victim.__ray_call__.remote(lambda self: os.getpid()))
+    builds = pool.compiled_round.builds if compiled else None
     pool.close()
+    assert builds == (2 if compiled else None)  # compiled: built once, rebuilt once after the kill
     # Killed while the run was going on: after round k's total, before the last round's.
     assert killed_at == [killed_after + 1] and len(totals) == rounds == len(records)
     assert pid_after != pid_before  # the actor really died and came back
@@ -260,6 +280,9 @@ def test_the_driver_receives_only_each_rounds_total_even_with_one_user_blocks(ra
         pool.collect(plan, params, np.zeros(PROBLEM.dim))
     monkeypatch.setattr(ray_pool.ray, "get", real_get)
     pool.close()
-    assert len(fetched) == 3
-    assert all(type(value) is PartialCounts and value.users == n for value in fetched)
-    assert all(value.ones_above_floor.shape == (PROBLEM.dim,) for value in fetched)
+    totals = [value for value in fetched if type(value) is PartialCounts]
+    assert len(totals) == 3  # one total per round, and no other partial
+    assert all(value.users == n and value.ones_above_floor.shape == (PROBLEM.dim,) for value in totals)
+    # The rest is the compiled graph's set-up (channel handles), built on the first round: no arrays.
+    assert not [value for value in fetched if isinstance(value, np.ndarray) or hasattr(value, "users")
+                and type(value) is not PartialCounts]

@@ -14,7 +14,7 @@ from ray import cloudpickle
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from pipeline.engine.job import RunJob
+from pipeline.engine.job import EXACT, RunJob
 from pipeline.engine.pool import ShardPool
 from pipeline.engine.shard import Shard
 
@@ -59,6 +59,79 @@ def ensure_ray() -> None:
                  logging_level=logging.ERROR, configure_logging=True)
 
 
+# Set SHUFFLE_SCO_COMPILED=0 to run fanned-out rounds as plain actor calls (same results).
+COMPILED = os.environ.get("SHUFFLE_SCO_COMPILED", "1") != "0"
+REBUILDS = 3  # a compiled round that fails (a shard died) is retried on a rebuilt graph this often
+PLAIN_FANOUTS = 8  # a run whose first round is its shard's alone compiles only after this many fan-outs
+
+
+class CompiledRound:
+    """The exact-mode fan-out round as a Ray Compiled Graph, compiled once per run:
+    θ and the round plan go to every shard, each returns its partial statistic,
+    the partials are added in a tree among the shards, and the driver receives the
+    total. Executing it costs a fraction of a millisecond, against a few for the
+    same plain actor calls (bench/scaling.py, `fanout_round_overhead_ms`).
+
+    A shard that dies mid-round (restarted by Ray, max_restarts) breaks the graph's
+    channels: the graph is torn down, rebuilt once every shard answers again, and
+    the round runs again. A round is a pure function of (state, round) and of
+    streams keyed by (round, block), so the retried round is bit-identical.
+
+    Args:
+      actors: the run's shard actors, in shard order.
+    """
+
+    def __init__(self, actors: list):
+        self.actors = actors
+        self.graph = None
+        self.builds = 0  # how often the graph was compiled (1, plus one per rebuild)
+
+    def build(self) -> None:
+        """Compiles the graph (Ray sets up a channel per edge, in the actors)."""
+        from ray.dag import InputNode
+
+        with InputNode() as round_input:
+            level = [(index, actor.partial_counts.bind(round_input[0], round_input[1], round_input[2]))
+                     for index, actor in enumerate(self.actors)]
+            while len(level) > 1:  # a tree: shard i adds its partial to shard i + stride's
+                level = [(level[i][0], self.actors[level[i][0]].merge.bind(level[i][1], level[i + 1][1]))
+                         if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
+            total = level[0][1] if len(self.actors) > 1 else self.actors[0].merge.bind(level[0][1])
+        self.graph = total.experimental_compile()
+        self.builds += 1
+
+    def __call__(self, plan, params, theta):
+        """The round's total over every shard.
+
+        Raises:
+          ray.exceptions.RayError: the round still failed after REBUILDS rebuilt graphs.
+        """
+        for attempt in range(REBUILDS + 1):
+            if self.graph is None:
+                self.build()
+            try:
+                return ray.get(self.graph.execute(plan, params, theta))
+            except ray.exceptions.RayError:
+                if attempt == REBUILDS:
+                    raise
+                self.close()
+                ray.get([actor.users.remote() for actor in self.actors])  # waits out a restarting shard
+
+    def close(self) -> None:
+        """Tears the graph down (the actors stay)."""
+        if self.graph is not None:
+            graph, self.graph = self.graph, None
+            logger = logging.getLogger("ray.dag.compiled_dag_node")
+            level = logger.level
+            logger.setLevel(logging.CRITICAL)  # a broken graph's teardown logs each dead channel
+            try:
+                graph.teardown()
+            except Exception:
+                pass  # a dead shard's channels cannot be closed cleanly; the graph is dropped anyway
+            finally:
+                logger.setLevel(level)
+
+
 class RayPool(ShardPool):
     """One actor per shard; each asks for an equal share of the cluster's CPUs
     (at most one), so any shard count can be scheduled. The shares are
@@ -86,6 +159,12 @@ class RayPool(ShardPool):
             # Wait for every actor to have generated its users, so a failure in
             # data generation surfaces here and rounds time only rounds.
             ray.get([actor.users.remote() for actor in self.actors])
+            self._fanouts = 0
+            self.compiled_round = CompiledRound(self.actors) if COMPILED and job.simulation == EXACT else None
+            if self.compiled_round is not None and self.owner(job.schedule.plan(0)) is None:
+                # Fully interactive from the first round: compile with the shards' set-up. A run whose
+                # rounds are carried (sequential) compiles only if it fans out often (total_counts).
+                self.compiled_round.build()
         except BaseException:
             self.close()  # release the reservation, or later runs could starve
             raise
@@ -94,6 +173,9 @@ class RayPool(ShardPool):
         return ray.get(self.actors[shard].run_rounds.remote(state, start, stop))
 
     def total_counts(self, plan, params, theta):
+        self._fanouts += 1
+        if self.compiled_round is not None and (self.compiled_round.graph is not None or self._fanouts > PLAIN_FANOUTS):
+            return self.compiled_round(plan, params, theta)
         theta_ref = ray.put(theta)
         # The partials stay in the object store; one shard adds them up.
         partials = [actor.partial_counts.remote(plan, params, theta_ref) for actor in self.actors]
@@ -119,6 +201,8 @@ class RayPool(ShardPool):
         return ray.get(gathered)
 
     def close(self) -> None:
+        if getattr(self, "compiled_round", None) is not None:
+            self.compiled_round.close()
         for actor in self.actors:
             ray.kill(actor)
         remove_placement_group(self._group)

@@ -57,7 +57,7 @@ def execute_rounds(job: Any, state: Any, start: int, stop: int, collect: Collect
     for round_index in range(start, stop):
         began = time.perf_counter()
         plan = job.schedule.plan(round_index)
-        params = job.protocol.plan(plan, job.problem.dim)
+        params = job.protocol.planned(plan, job.problem.dim)
         counts = collect(plan, params, job.optimizer.query(state))
         noisy_sum = job.protocol.decode(params, counts)
         # A Poisson or self-sampled round can be empty: the optimizer is told so (None).

@@ -157,8 +157,9 @@ class Shard:
 
     def merge(self, *partials: Any) -> Any:
         """Adds the shards' partials of a round, so that only the total goes
-        to the analyzer (used on one shard actor)."""
-        return self.job.protocol.merge(part for part in partials if part is not None)
+        to the analyzer (on shard actors, in a tree on Ray), or None if none of them has users."""
+        present = [part for part in partials if part is not None]
+        return self.job.protocol.merge(present) if present else None
 
     def run_rounds(self, state: Any, start: int, stop: int) -> tuple[Any, list[RoundRecord]]:
         """Runs rounds whose users all live here, without a trip to the driver.

@@ -29,6 +29,7 @@ import abc
 import dataclasses
 import functools
 import operator
+import pickle
 from typing import Any, ClassVar, Iterable
 
 import numpy as np
@@ -112,6 +113,11 @@ class PlanError(ValueError):
         super().__init__(rule)
 
 
+def _budget(round_plan: RoundPlan) -> RoundPlan:
+    """The round plan as a call's budget: no round index, the population as a count."""
+    return dataclasses.replace(round_plan, round=0, first_user=0, stop_user=round_plan.population)
+
+
 def add_partials(partials: Iterable[Any]) -> Any:
     """Adds partial statistics field by field (exact integers: any order, same total).
 
@@ -179,6 +185,39 @@ class Protocol(abc.ABC):
           PlanError: the call cannot be planned, naming the config field to change;
           ValueError: the budget cannot be met (blamed on privacy.accounting).
         """
+
+    def planned(self, round_plan: RoundPlan, dim: int) -> Any:
+        """`plan`, remembered per budget: the parameters the runner planned on the driver
+        (`remember`) travel with the protocol to the shards, so a shard never repeats a
+        calibration (seconds for tight accounting) that the driver has done.
+
+        The memo's key is the round plan without its index and with its population as a
+        count; `remember` checks that the parameters do not depend on more (a plug-in
+        whose plan reads the round index or the user ids is planned afresh each round).
+        """
+        memo = self.__dict__.get("_plans", {})
+        if memo is None:
+            return self.plan(round_plan, dim)
+        key = (_budget(round_plan), dim)
+        if key not in memo:
+            memo[key] = self.plan(round_plan, dim)
+            self.__dict__["_plans"] = memo
+        return memo[key]
+
+    def remember(self, round_plan: RoundPlan, dim: int, params: Any) -> None:
+        """Keeps a round's planned parameters for `planned` (called by the runner for every round).
+
+        Args:
+          round_plan: the round.
+          dim: d.
+          params: what `plan` returned for it.
+        """
+        memo = self.__dict__.setdefault("_plans", {})
+        if memo is None:
+            return
+        known = memo.setdefault((_budget(round_plan), dim), params)
+        if known is not params and pickle.dumps(known) != pickle.dumps(params):
+            self.__dict__["_plans"] = None  # this protocol's plan depends on the round itself: never remembered
 
     @abc.abstractmethod
     def event(self, params: Any, block_size: int) -> Any:
