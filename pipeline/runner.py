@@ -72,7 +72,6 @@ def plan_run(run: RunConfig) -> PlannedRun:
     _check_memory(run)  # before the problem, whose fixed points alone can be O(d)
     problem = plugins.resolve("problem", run["problem.name"])(
         dim=run["problem.dim"], radius=run["problem.radius"], **_options(run, "problem"))
-    problem.check_users(run["n_users"])
     problem = problem.for_run(run)
     protocol = plugins.resolve("protocol", run["privacy.protocol"])(run["privacy.accounting"],
                                                                     **_options(run, "privacy"))

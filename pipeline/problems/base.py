@@ -128,16 +128,10 @@ class Problem(abc.ABC):
         """Excess population loss F(θ) − F(θ*)."""
         return self.population_loss(theta) - self.population_loss(self.optimum)
 
-    def check_users(self, n_users: int) -> None:
-        """Refuses a number of users the problem cannot provide (a dataset's rows).
-
-        Raises:
-          ConfigError: naming n_users.
-        """
-
     def for_run(self, run) -> "Problem":
         """The problem a run uses: itself, unless it depends on the run's (n, ε, δ)
-        (the lower-bound instances, pipeline.problems.hard).
+        (the lower-bound instances, pipeline.problems.hard) or cannot serve its n
+        users (a dataset's rows).
 
         Args:
           run: the run's config (pipeline.config.RunConfig).

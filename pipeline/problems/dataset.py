@@ -176,10 +176,17 @@ class Dataset(Problem):
         _SCANNED[key] = rows, table.fingerprint()
         return _SCANNED[key]
 
-    def check_users(self, n_users: int) -> None:
+    def for_run(self, run) -> "Dataset":
+        """Itself, once the table is known to hold the run's n users (training rows).
+
+        Raises:
+          ConfigError: naming n_users.
+        """
         available = self.source_rows - (self.test_rows if self.test is None else 0)
-        if n_users > available:
-            raise ConfigError("n_users", n_users, f"must be at most the {available} training rows of {self.source}")
+        if run["n_users"] > available:
+            raise ConfigError("n_users", run["n_users"],
+                              f"must be at most the {available} training rows of {self.source}")
+        return self
 
     # --- which rows are whose -----------------------------------------------------------
 
