@@ -254,7 +254,8 @@ def test_a_shard_actor_killed_mid_run_is_restarted_and_the_run_is_bit_identical(
     assert np.array_equal(job.optimizer.output(state), reference[1])
 
 
-def test_the_driver_receives_only_each_rounds_total_even_with_one_user_blocks(ray_session, monkeypatch):
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "plain"])
+def test_the_driver_receives_only_each_rounds_total_even_with_one_user_blocks(ray_session, monkeypatch, compiled):
     """DESIGN §3: no per-user or per-block value reaches the driver. With
     blocks of one user, any per-block partial would be a user's own counts."""
     import ray
@@ -262,6 +263,8 @@ def test_the_driver_receives_only_each_rounds_total_even_with_one_user_blocks(ra
     from pipeline.engine import ray_pool
     from pipeline.protocols.cjmp import PartialCounts
 
+    monkeypatch.setattr(ray_pool, "COMPILED", compiled)
+    monkeypatch.setattr(ray_pool, "PLAIN_FANOUTS", 0)  # compiled from the first round
     n = 60
     job = _job(FullGD.from_config(PROBLEM, n, 2.0, 1e-5, rounds=3), n, block_size=1)
     fetched = []
@@ -279,7 +282,9 @@ def test_the_driver_receives_only_each_rounds_total_even_with_one_user_blocks(ra
         params = job.protocol.plan(plan, PROBLEM.dim)
         pool.collect(plan, params, np.zeros(PROBLEM.dim))
     monkeypatch.setattr(ray_pool.ray, "get", real_get)
+    builds = pool.compiled_round.builds if pool.compiled_round is not None else 0
     pool.close()
+    assert builds == (1 if compiled else 0)  # the path under test was the one taken
     totals = [value for value in fetched if type(value) is PartialCounts]
     assert len(totals) == 3  # one total per round, and no other partial
     assert all(value.users == n and value.ones_above_floor.shape == (PROBLEM.dim,) for value in totals)
