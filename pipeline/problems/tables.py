@@ -176,7 +176,7 @@ class Table:
             raise TableError(f"is not a readable CSV file: {error}") from None
 
     def _into(self, out: np.ndarray, at: int, table, columns: list[str]) -> None:
-        """Copies an Arrow table's columns into out[:, at:at + rows] as float64."""
+        """Copies an Arrow table's or record batch's columns into out[:, at:at + rows] as float64."""
         for index, name in enumerate(columns):
             column = table.column(name)
             if column.null_count:
@@ -219,10 +219,7 @@ class Table:
                 continue
             piece = table.slice(low - start, high - low)
             if keep is not None:
-                import pyarrow as pa
-
-                chosen = keep[(keep >= low - first) & (keep < high - first)] - (low - first)
-                piece = piece.take(pa.array(chosen))
+                piece = piece.take(keep[(keep >= low - first) & (keep < high - first)] - (low - first))
             self._into(out, at, piece, columns)
             at += piece.num_rows
         return out
@@ -254,9 +251,7 @@ class Table:
     def _csv_pieces(self, columns: list[str], first: int, stop: int) -> Iterator:
         start = 0
         for batch in self._csv_reader(columns):
-            import pyarrow as pa
-
-            yield pa.Table.from_batches([batch]), start
+            yield batch, start
             start += batch.num_rows
             if start >= stop:
                 break
@@ -303,11 +298,9 @@ class Table:
             return
         batches = (self._parquet.iter_batches(batch_size=SCAN_ROWS, columns=columns)
                    if self.format == "parquet" else self._csv_reader(columns))
-        import pyarrow as pa
-
         for batch in batches:
             out = np.empty((len(columns), batch.num_rows))
-            self._into(out, 0, pa.Table.from_batches([batch]), columns)
+            self._into(out, 0, batch, columns)
             yield out
 
     def __getstate__(self):  # open files do not travel; reopened where used
