@@ -309,6 +309,7 @@ def _bad_tables(tmp_path: Path) -> dict[str, Path]:
     pq.write_table(text, tmp_path / "text.parquet")
     (tmp_path / "broken.parquet").write_bytes(b"not parquet")
     return {"good": _table(tmp_path / "good.parquet", features, labels),
+            "narrow": _table(tmp_path / "narrow.parquet", features[:, :-1], labels),  # lacks x3
             "nan": _table(tmp_path / "nan.parquet", nan, labels), "inf": _table(tmp_path / "inf.parquet", inf, labels),
             "label2": _table(tmp_path / "label2.parquet", features, np.where(labels > 0, 2, 0)),
             "text": tmp_path / "text.parquet", "broken": tmp_path / "broken.parquet"}
@@ -332,6 +333,7 @@ BAD = [  # (what, problem fields, top-level fields, the field the error names, a
     ("dimension", {"source": "{good}", "dim": 3}, {}, "problem.dim", "must equal the number of feature columns"),
     ("statistics", {"source": "{good}", "rows": "standardize"}, {}, "problem.rows", "must be one of clip, normalize"),
     ("no source", {}, {}, "problem.source", "is required"),
+    ("test lacks a column", {"source": "{good}", "test": "{narrow}"}, {}, "problem.test", "it lacks x3"),
 ]
 
 
@@ -383,3 +385,11 @@ def test_the_digits_grids_run_small_and_the_report_draws_accuracy_against_epsilo
     with sqlite3.connect(tmp_path / "mlflow.db") as db:
         logged = {key for (key,) in db.execute("SELECT DISTINCT key FROM metrics")}
     assert {"test_accuracy", "test_loss", "final_test_accuracy", "excess_loss"} <= logged
+
+
+def test_a_column_named_exactly_is_matched_literally_not_as_a_glob(tmp_path):
+    """An .npz block's columns are `X[0]` …: as a glob, `[0]` would be a character class."""
+    features, labels = _logistic_data(20)
+    table = Table(str(_table(tmp_path / "t.npz", features, labels)))
+    assert table.match("X[0],X[3]", exclude="label") == ["X[0]", "X[3]"]
+    assert table.match("X*", exclude="label") == [f"X[{i}]" for i in range(D)]

@@ -238,3 +238,25 @@ def test_readme_option_tables_are_the_declarations():
         if classes:
             tables.append(options_table(classes, section))
     assert shown == "\n\n".join(tables)
+
+
+def test_plans_are_remembered_per_budget_unless_a_plugin_plan_reads_the_round(tmp_path):
+    """Shards reuse the driver's planned parameters (Protocol.planned), keyed by the
+    call's budget; a protocol whose plan reads the round index is planned afresh."""
+    import dataclasses
+
+    from pipeline.protocols.base import RoundPlan
+    from pipeline.protocols.sums import CentralGaussian
+
+    class RoundAware(CentralGaussian):
+        def plan(self, round_plan, dim):
+            return dataclasses.replace(super().plan(round_plan, dim), users=round_plan.users + round_plan.round)
+
+    plans = [RoundPlan(r, 100 * r, 100 * r + 100, 1.0, 1e-6, 1.0, "gradients") for r in range(3)]
+    for cls, remembered in ((CentralGaussian, True), (RoundAware, False)):
+        protocol = cls("tight")
+        for plan in plans:
+            protocol.remember(plan, 5, protocol.plan(plan, 5))
+        assert (protocol.__dict__["_plans"] is not None) == remembered
+        for plan in plans:  # what a shard gets equals what the driver planned for that round
+            assert protocol.planned(plan, 5) == protocol.plan(plan, 5)

@@ -149,8 +149,16 @@ class Dataset(Problem):
           ConfigError: the first rule a value breaks, naming the field.
         """
         table = self._table(field, source)
-        if field == "problem.test":  # the held-out table must have the training table's columns
-            self._columns(field, source, ",".join(self.features))
+        if field == "problem.test":  # the held-out table must have the training table's columns, by name
+            try:
+                columns = table.columns
+            except TableError as error:
+                raise ConfigError(field, source, str(error)) from None
+            missing = [name for name in (*self.features, self.label) if not columns.get(name)]
+            if missing:
+                raise ConfigError(field, source, f"must have every feature and label column of problem.source, "
+                                                 f"numeric; it lacks {', '.join(missing[:5])}"
+                                                 + (" …" if len(missing) > 5 else ""))
         key = (source, table.size, table.mtime, tuple(self.features), self.label, self.loss.name,
                self.loss.classes, self.loss.label_bound)
         if key in _SCANNED:

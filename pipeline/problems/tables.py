@@ -152,8 +152,9 @@ class Table:
           The matched column names.
         """
         wanted = [part.strip() for part in pattern.split(",") if part.strip()]
+        # A part equal to a column's name names it (an .npz column `X[0]` is no glob class).
         return [name for name in self.columns
-                if name != exclude and any(fnmatch.fnmatchcase(name, part) for part in wanted)]
+                if name != exclude and any(name == part or fnmatch.fnmatchcase(name, part) for part in wanted)]
 
     def fingerprint(self) -> str:
         """The SHA-256 of the table's bytes: what cached results (the optimum) are keyed by."""

@@ -113,9 +113,15 @@ class PlanError(ValueError):
         super().__init__(rule)
 
 
-def _budget(round_plan: RoundPlan) -> RoundPlan:
-    """The round plan as a call's budget: no round index, the population as a count."""
-    return dataclasses.replace(round_plan, round=0, first_user=0, stop_user=round_plan.population)
+# The round plan's fields that make a call's budget (not which round, not which users).
+_BUDGET_FIELDS = tuple(field.name for field in dataclasses.fields(RoundPlan)
+                       if field.name not in ("round", "first_user", "stop_user"))
+
+
+def _budget(round_plan: RoundPlan) -> tuple:
+    """The round plan as a call's budget: its population as a count and its budget fields
+    (a tuple, cheap enough for every round)."""
+    return (round_plan.population, *[getattr(round_plan, name) for name in _BUDGET_FIELDS])
 
 
 def add_partials(partials: Iterable[Any]) -> Any:
