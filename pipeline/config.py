@@ -18,7 +18,7 @@ from typing import Any, Callable
 import yaml
 
 from pipeline import plugins
-from pipeline.accounting.ledger import ACCOUNTING_MODES
+from pipeline.accounting.compositions import ACCOUNTING_MODES
 from pipeline.engine import BACKENDS, SIMULATIONS
 from pipeline.errors import ConfigError
 from pipeline.optimizers import PARAMETER_MODES

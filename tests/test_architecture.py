@@ -137,3 +137,39 @@ def test_each_rule_catches_a_planted_violation(rule, example, tmp_path, monkeypa
             rule()
     finally:
         planted.unlink()
+
+
+# One run per module that defines protocol or optimizer events: what its shard actors load.
+# (pnsgd is left out: its final-iterate schedule carries its release event in the job.)
+SHARD_JOBS = {
+    "cjmp_vec": {"optimizer": {"name": "seq_sgd"}},
+    "girgis_l2": {"optimizer": {"name": "cldp_sgd"}, "privacy": {"protocol": "girgis_l2"}},
+    "central_gaussian": {"optimizer": {"name": "dp_sgd"}, "privacy": {"model": "central", "protocol": "central_gaussian"}},
+    "report_noisy_max": {"problem": {"name": "l1_least_squares"},
+                         "optimizer": {"name": "frank_wolfe_l1"},
+                         "privacy": {"model": "central", "protocol": "report_noisy_max"}},
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHARD_JOBS))
+def test_a_shard_loads_its_job_without_the_accountants(case, tmp_path):
+    """A shard actor unpickles its run's job before its first round; the accountants
+    (dp_accounting, scipy.stats: about a second per process) are for the driver's ledger,
+    so loading a job must not import them (pipeline.accounting's lazy submodules)."""
+    import pickle
+    import subprocess
+    import sys
+
+    from pipeline import config, runner
+
+    tree = {"experiment": "shard", "problem": {"name": "quadratic", "dim": 3, "radius": 1.0}, "n_users": 2000,
+            "privacy": {"epsilon": 2.0, "delta": 1e-5}, "seeds": [0]}
+    for key, value in SHARD_JOBS[case].items():
+        tree[key] = {**tree.get(key, {}), **value}
+    (run,) = config.expand(tree)
+    job = tmp_path / "job.pickle"
+    job.write_bytes(pickle.dumps(runner.plan_run(run).job))
+    loaded = subprocess.run([sys.executable, "-c", "import pickle, sys; pickle.loads(open(sys.argv[1], 'rb').read()); "
+                             "print(' '.join(sorted(m for m in ('dp_accounting', 'scipy.stats') if m in sys.modules)))",
+                             str(job)], capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert loaded.stdout.split() == [], f"a {case} shard imports {loaded.stdout.strip()}"

@@ -33,15 +33,10 @@ import attr
 import numpy as np
 
 from pipeline.accounting import mechanisms, paper, pvec_tight
+from pipeline.accounting.compositions import (  # noqa: F401 (the ledger's names, as before)
+    ACCOUNTING_MODES, COMPOSITIONS, FINAL_ITERATE, FULLY_INTERACTIVE, PAPER, PHASED, SEQUENTIAL, TIGHT)
 from pipeline.accounting.events import PvecDpEvent
 
-SEQUENTIAL = "sequential"
-FULLY_INTERACTIVE = "fully_interactive"
-FINAL_ITERATE = "final_iterate"
-PHASED = "phased"
-COMPOSITIONS = (SEQUENTIAL, FULLY_INTERACTIVE, FINAL_ITERATE, PHASED)
-PAPER, TIGHT = "paper", "tight"
-ACCOUNTING_MODES = (PAPER, TIGHT)
 
 _RULES = {
     (PAPER, SEQUENTIAL): "parallel composition over disjoint batches (seed 000, proof of Theorem 4.1)",

@@ -4,8 +4,10 @@ from __future__ import annotations
 import fractions
 import functools
 import math
+from typing import TYPE_CHECKING
 
-from pipeline.accounting.events import PvecDpEvent
+if TYPE_CHECKING:  # an annotation only: full_gd's budget split loads in shard actors without dp_accounting
+    from pipeline.accounting.events import PvecDpEvent
 
 
 @functools.lru_cache(maxsize=4096)  # events are frozen; runs repeat the same call per round

@@ -39,7 +39,7 @@ import itertools
 import math
 
 import numpy as np
-from scipy import integrate, special
+import scipy  # submodules load on first use (scipy.stats alone costs 0.5 s per process)
 
 from pipeline.accounting import arguments
 
@@ -115,15 +115,16 @@ def _out(value):
 def _log_gaussian_hockey_stick(r, eps):
     """log θ_{e^ε}(r) = log Φ(a) + log(1 − exp(ε + log Φ(a−r) − log Φ(a))), a = r/2 − ε/r."""
     a = r / 2.0 - eps / r
-    log_phi_a = special.log_ndtr(a)
-    diff = np.minimum(eps + special.log_ndtr(a - r) - log_phi_a, 0.0)
+    log_phi_a = scipy.special.log_ndtr(a)
+    diff = np.minimum(eps + scipy.special.log_ndtr(a - r) - log_phi_a, 0.0)
     with np.errstate(divide="ignore"):
         return log_phi_a + np.log(-np.expm1(diff))
 
 
 def _log_gaussian_hockey_stick_complement(r, eps):
     """log(1 − θ_{e^ε}(r)) = log(Φ(ε/r − r/2) + e^ε Φ(−ε/r − r/2))."""
-    return np.minimum(np.logaddexp(special.log_ndtr(eps / r - r / 2.0), eps + special.log_ndtr(-eps / r - r / 2.0)), 0.0)
+    log_ndtr = scipy.special.log_ndtr
+    return np.minimum(np.logaddexp(log_ndtr(eps / r - r / 2.0), eps + log_ndtr(-eps / r - r / 2.0)), 0.0)
 
 
 def gaussian_hockey_stick(r, epsilon):
@@ -162,7 +163,7 @@ def gaussian_hockey_stick_complement(r, epsilon):
     """
     r = _array("r", r, 0.0, strict=True)
     eps = _array("epsilon", epsilon, 0.0, strict=False)
-    value = special.ndtr(eps / r - r / 2.0) + np.exp(eps + special.log_ndtr(-eps / r - r / 2.0))
+    value = scipy.special.ndtr(eps / r - r / 2.0) + np.exp(eps + scipy.special.log_ndtr(-eps / r - r / 2.0))
     return _out(np.clip(value, 0.0, 1.0))
 
 
@@ -371,7 +372,7 @@ def _lambertw_of_exp(log_x):
     log_x = np.asarray(log_x, dtype=float)
     out = np.empty_like(log_x)
     small = log_x < 700.0
-    out[small] = special.lambertw(np.exp(log_x[small])).real
+    out[small] = scipy.special.lambertw(np.exp(log_x[small])).real
     if np.any(~small):
         big = log_x[~small]
         w = big - np.log(big)
@@ -638,8 +639,8 @@ def _log_b_times_x(u, eps, alpha, c1, c2, noise):
     """
     ratio = float(_schedule_ratio(u, alpha, c1, c2, noise))
     if noise == "gaussian":
-        log_omb = float(np.logaddexp(special.log_ndtr(eps / ratio - ratio / 2.0),
-                                     eps + special.log_ndtr(-eps / ratio - ratio / 2.0)))
+        log_omb = float(np.logaddexp(scipy.special.log_ndtr(eps / ratio - ratio / 2.0),
+                                     eps + scipy.special.log_ndtr(-eps / ratio - ratio / 2.0)))
     else:
         log_omb = eps / 2.0 - ratio / 2.0
     log_omb = min(log_omb, 0.0)
@@ -666,7 +667,7 @@ def _online_delta_from_ratios(setting, eps):
     i = setting.n if setting.index is None else setting.index
     first_tail = i + ratios.size  # first step not summed exactly
     if first_tail <= setting.n and math.isfinite(log_sum):
-        value, error = integrate.quad(_log_b_times_x, math.log(first_tail), math.log(setting.n + 1.0),
+        value, error = scipy.integrate.quad(_log_b_times_x, math.log(first_tail), math.log(setting.n + 1.0),
                                       args=(eps, setting.alpha, setting.c1, setting.c2, setting.noise),
                                       limit=200, epsabs=0.0, epsrel=1e-10)
         log_sum += value + abs(error)
@@ -743,8 +744,9 @@ def online_limit_delta(epsilon, index, lipschitz, step_size, diameter, contracti
     sigma_i = online_noise(i, step_size, diameter, contraction, c1, c2, alpha, noise)
     a = float(_hockey(2.0 * _finite("lipschitz", lipschitz, 0.0) / sigma_i, eps, noise))
     start = math.log(i if lower else i + 1.0)
-    value, _ = integrate.quad(_log_b_times_x, start, math.inf, args=(eps, float(alpha), float(c1), float(c2), noise),
-                              limit=400, epsabs=0.0, epsrel=1e-10)
+    value, _ = scipy.integrate.quad(_log_b_times_x, start, math.inf,
+                                    args=(eps, float(alpha), float(c1), float(c2), noise),
+                                    limit=400, epsabs=0.0, epsrel=1e-10)
     return a * math.exp(value)
 
 

@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from fractions import Fraction
 
 import numpy as np
-from scipy.special import gammaln
+import scipy  # submodules load on first use (scipy.stats alone costs 0.5 s per process)
 
 from pipeline.accounting import arguments
 from pipeline.accounting.rdp import rdp_to_dp
@@ -71,7 +71,7 @@ def _lambda_max(lambda_max) -> int:
 
 def _log_factorials(k_max: int) -> np.ndarray:
     """log k! for k = 0..k_max."""
-    return gammaln(np.arange(k_max + 1) + 1.0)
+    return scipy.special.gammaln(np.arange(k_max + 1) + 1.0)
 
 
 def _log_expm1(x: np.ndarray) -> np.ndarray:

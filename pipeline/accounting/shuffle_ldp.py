@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
-from scipy import special, stats
+import scipy  # submodules load on first use (scipy.stats alone costs 0.5 s per process)
 
 from pipeline.accounting import arguments
 from pipeline.accounting.paper import advanced_composition
@@ -72,8 +72,9 @@ def _log_expm1(x: float) -> float:
 
 def _log_binom_coef(a, b):
     """log C(a, b), elementwise, through gammaln."""
-    return special.gammaln(np.asarray(a, dtype=float) + 1) - special.gammaln(np.asarray(b, dtype=float) + 1) \
-        - special.gammaln(np.asarray(a, dtype=float) - np.asarray(b, dtype=float) + 1)
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    gammaln = scipy.special.gammaln
+    return gammaln(a + 1) - gammaln(b + 1) - gammaln(a - b + 1)
 
 
 def _binomial_logpmf(trials: int, log_p: float, log_1mp: float, k: np.ndarray) -> np.ndarray:
@@ -95,7 +96,7 @@ def _binomial_log_weights(trials: int, p: float, lo: int, hi: int) -> np.ndarray
     j = np.arange(lo, hi, dtype=float)
     steps = np.log1p(((trials + 1) * p - 1.0 - j) / ((j + 1.0) * (1.0 - p)))
     log_w = np.concatenate([[0.0], np.cumsum(steps)])
-    return log_w - special.logsumexp(log_w)
+    return log_w - scipy.special.logsumexp(log_w)
 
 
 def _binomial_window(trials: int, p: float, drop: float) -> tuple[int, int]:
@@ -192,8 +193,8 @@ def _fmt22_binned_pair(n: int, eps0: float, interval: float, c_blocks: int):
         log_w = np.array([0.0])
     else:
         lo, hi = _binomial_window(m, p, drop=50.0)
-        below = float(stats.binom.cdf(lo - 1, m, p)) if lo > 0 else 0.0
-        above = float(stats.binom.sf(hi, m, p)) if hi < m else 0.0
+        below = float(scipy.stats.binom.cdf(lo - 1, m, p)) if lo > 0 else 0.0
+        above = float(scipy.stats.binom.sf(hi, m, p)) if hi < m else 0.0
         infinity += below  # c < lo: dropped (loss +∞)
         log_w = _binomial_log_weights(m, p, lo, hi) + math.log1p(-(below + above))
     weights = np.exp(log_w)
@@ -552,8 +553,9 @@ def shuffle_rdp_ub1(n, eps0, orders=DEFAULT_ORDERS) -> np.ndarray:
         for j, alpha in enumerate(alphas):
             i = np.arange(3, int(alpha) + 1, dtype=float)
             terms = np.concatenate([[0.0, _log_binom_coef(alpha, 2.0) + log_quad, eps0 * alpha - tail],
-                                    _log_binom_coef(alpha, i) + np.log(i) + special.gammaln(i / 2) + i / 2 * log_v])
-            out[j] = special.logsumexp(terms) / (alpha - 1)
+                                    _log_binom_coef(alpha, i) + np.log(i) + scipy.special.gammaln(i / 2)
+                                    + i / 2 * log_v])
+            out[j] = scipy.special.logsumexp(terms) / (alpha - 1)
         return out
 
     return _integer_order_curve(orders, at_integer)
@@ -651,7 +653,7 @@ def _shuffled_rr_rdp(m: int, eps0: float, gamma: float, orders: np.ndarray) -> n
     out = np.empty_like(orders)
     for i, alpha in enumerate(orders):
         keep = log_pmf >= peak - alpha * log_top - 60.0
-        out[i] = max(0.0, special.logsumexp(log_pmf[keep] + alpha * log_ratio[keep]) / (alpha - 1))
+        out[i] = max(0.0, scipy.special.logsumexp(log_pmf[keep] + alpha * log_ratio[keep]) / (alpha - 1))
     return out
 
 
@@ -754,9 +756,9 @@ def subsampled_shuffle_rdp_ub(n, k, eps0, orders=DEFAULT_ORDERS) -> np.ndarray:
             j2 = np.arange(2, int(alpha) + 1, dtype=float)
             terms = np.concatenate([
                 [0.0, _log_binom_coef(alpha, 2.0) + log_quad],
-                _log_binom_coef(alpha, j3) + j3 * log_g + np.log(j3) + special.gammaln(j3 / 2) + j3 / 2 * log_v,
+                _log_binom_coef(alpha, j3) + j3 * log_g + np.log(j3) + scipy.special.gammaln(j3 / 2) + j3 / 2 * log_v,
                 _log_binom_coef(alpha, j2) + j2 * log_x - tail])
-            out[i] = special.logsumexp(terms) / (alpha - 1)
+            out[i] = scipy.special.logsumexp(terms) / (alpha - 1)
         return out
 
     return _integer_order_curve(orders, at_integer)

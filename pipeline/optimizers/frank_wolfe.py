@@ -8,9 +8,8 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from pipeline.accounting import mechanisms
-from pipeline.accounting.events import NoisyMaxDpEvent
-from pipeline.accounting.ledger import SEQUENTIAL
+from pipeline import accounting as privacy  # submodules load on first use: shards never import dp_accounting
+from pipeline.accounting.compositions import SEQUENTIAL
 from pipeline.errors import ConfigError
 from pipeline.optimizers.base import Optimizer, RoundGroup, Schedule
 from pipeline.problems.base import Problem
@@ -145,7 +144,7 @@ class FrankWolfeL1(Optimizer):
     def nodes(self) -> list[Node]:  # read every round: built once
         return tree_nodes(self.phases, self.batch)
 
-    def _events(self, scale: float) -> list[NoisyMaxDpEvent]:
+    def _events(self, scale: float) -> list[privacy.events.NoisyMaxDpEvent]:
         """Each sampled node's event, for λ_t = scale·2^t."""
         problem, radius = self.problem, self.problem.radius
         events, leaf = [], 0
@@ -160,13 +159,14 @@ class FrankWolfeL1(Optimizer):
                     # The left sibling's subtree holds the `below` leaves stepped since the parent.
                     distance = problem.diameter * sum(steps[leaf - below: leaf])
                     spread = min(4 * problem.lipschitz_inf, 2 * problem.smoothness_l1 * distance)
-                events.append(NoisyMaxDpEvent(node.users, below, scale * 2**node.phase,
+                events.append(privacy.events.NoisyMaxDpEvent(node.users, below, scale * 2**node.phase,
                                               radius * spread / node.users, 2 * problem.dim))
             leaf += node.leaf
         return events
 
     def _spent(self, scale: float) -> float:
-        return max(mechanisms.composed_epsilon(event, 1, self.delta, self.accounting) for event in self._events(scale))
+        return max(privacy.mechanisms.composed_epsilon(event, 1, self.delta, self.accounting)
+                   for event in self._events(scale))
 
     def _calibrated_scale(self) -> float:
         """The least κ (to 1e-4 relative) whose worst node spends at most ε."""

@@ -5,7 +5,7 @@ import dataclasses
 import math
 from typing import ClassVar
 
-from pipeline.accounting.ledger import FULLY_INTERACTIVE
+from pipeline.accounting.compositions import FULLY_INTERACTIVE
 from pipeline.accounting.paper import full_gd_round_budget, split_below
 from pipeline.optimizers import theory
 from pipeline.optimizers.averaged import AveragedProjectedDescent

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from pipeline.accounting.ledger import SEQUENTIAL
+from pipeline.accounting.compositions import SEQUENTIAL
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.base import DATA, Optimizer, RoundGroup, Schedule, protocol_mean_mse

@@ -8,7 +8,7 @@ from typing import ClassVar
 from pipeline.errors import ConfigError
 from pipeline.optimizers.base import RoundGroup, Schedule
 from pipeline.optimizers.seq_agd import PAPER, SeqAGD
-from pipeline.accounting.ledger import SEQUENTIAL
+from pipeline.accounting.compositions import SEQUENTIAL
 from pipeline.problems.base import Problem
 from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE
 

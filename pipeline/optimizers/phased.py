@@ -10,7 +10,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from pipeline.accounting.ledger import PHASED, SEQUENTIAL
+from pipeline.accounting.compositions import PHASED, SEQUENTIAL
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.averaged import AveragedState

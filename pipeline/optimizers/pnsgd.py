@@ -7,9 +7,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from pipeline.accounting import mechanisms
-from pipeline.accounting.events import GaussianSumDpEvent, PnsgdDpEvent
-from pipeline.accounting.ledger import FINAL_ITERATE
+from pipeline import accounting as privacy  # submodules load on first use: shards never import dp_accounting
+from pipeline.accounting.compositions import FINAL_ITERATE
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.base import Optimizer, RoundGroup, Schedule
@@ -74,15 +73,15 @@ class PNSGD(Optimizer):
             lo, hi = (mid, hi) if draft._spent(mid) > epsilon else (lo, mid)
         return dataclasses.replace(draft, sigma=hi)
 
-    def _events(self, sigma: float) -> tuple[PnsgdDpEvent, GaussianSumDpEvent]:
+    def _events(self, sigma: float) -> tuple[privacy.events.PnsgdDpEvent, privacy.events.GaussianSumDpEvent]:
         problem = self.problem
-        release = PnsgdDpEvent(self.n_users, sigma, problem.lipschitz, problem.smoothness, problem.strong_convexity,
-                               self.step_size, problem.diameter)
-        return release, GaussianSumDpEvent(1, 1, problem.dim, 2.0 * problem.lipschitz, sigma)
+        release = privacy.events.PnsgdDpEvent(self.n_users, sigma, problem.lipschitz, problem.smoothness,
+                                              problem.strong_convexity, self.step_size, problem.diameter)
+        return release, privacy.events.GaussianSumDpEvent(1, 1, problem.dim, 2.0 * problem.lipschitz, sigma)
 
     def _spent(self, sigma: float) -> float:
         try:
-            return mechanisms.pnsgd_release_epsilon(*self._events(sigma), self.delta, self.accounting)[0]
+            return privacy.mechanisms.pnsgd_release_epsilon(*self._events(sigma), self.delta, self.accounting)[0]
         except ValueError:  # outside the theorem's range at this σ: not a certificate
             return math.inf
 

@@ -23,7 +23,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from pipeline.accounting.ledger import FULLY_INTERACTIVE
+from pipeline.accounting.compositions import FULLY_INTERACTIVE
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.averaged import AveragedProjectedDescent

@@ -7,7 +7,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from pipeline.accounting.ledger import SEQUENTIAL
+from pipeline.accounting.compositions import SEQUENTIAL
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.base import Optimizer, RoundGroup, Schedule, best_batch_size, protocol_mean_mse

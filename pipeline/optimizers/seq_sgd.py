@@ -5,7 +5,7 @@ import dataclasses
 import math
 from typing import ClassVar
 
-from pipeline.accounting.ledger import SEQUENTIAL
+from pipeline.accounting.compositions import SEQUENTIAL
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.averaged import AveragedProjectedDescent

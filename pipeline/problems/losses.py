@@ -17,7 +17,7 @@ import math
 from typing import ClassVar
 
 import numpy as np
-from scipy.special import expit, log_softmax, softmax
+import scipy  # submodules load on first use (scipy.stats alone costs 0.5 s per process)
 
 
 class Loss:
@@ -102,7 +102,7 @@ class LogisticLoss(_Binary):
         return np.logaddexp(0.0, -labels * scores[0])
 
     def derivative(self, scores, labels):
-        return -labels * expit(-labels * scores)
+        return -labels * scipy.special.expit(-labels * scores)
 
     def slope_bound(self, score_bound):
         return 1.0
@@ -203,10 +203,10 @@ class MultinomialLoss(Loss):
 
     def values(self, scores, labels):
         index = labels.astype(np.int64)
-        return -np.take_along_axis(log_softmax(scores, axis=0), index[None, None, :], axis=0)[0]
+        return -np.take_along_axis(scipy.special.log_softmax(scores, axis=0), index[None, None, :], axis=0)[0]
 
     def derivative(self, scores, labels):
-        slope = softmax(scores, axis=0)
+        slope = scipy.special.softmax(scores, axis=0)
         index = labels.astype(np.int64)
         slope[index, ..., np.arange(index.size)] -= 1.0
         return slope

@@ -26,8 +26,8 @@ from typing import Iterable
 import attr
 import numpy as np
 
+from pipeline import accounting as privacy  # submodules load on first use: shards never import dp_accounting
 from pipeline.accounting import pvec_tight
-from pipeline.accounting.events import PvecDpEvent
 from pipeline.protocols.base import PlanError, Protocol
 from pipeline.protocols.sampling import binomial_above_floor, noise_sampler, split_mean
 
@@ -523,11 +523,11 @@ class CjmpVec(Protocol):
         return dataclasses.replace(params, honest_users=honest)
 
     @staticmethod
-    def event(params: PvecParams, block_size: int) -> PvecDpEvent:
+    def event(params: PvecParams, block_size: int) -> privacy.events.PvecDpEvent:
         """The privacy event of one call (the noise sampler depends on the block size)."""
         copied = {field.name: getattr(params, field.name)
-                  for field in attr.fields(PvecDpEvent) if field.name != "noise_sampler"}
-        return PvecDpEvent(**copied, noise_sampler=params.noise_sampler(block_size))
+                  for field in attr.fields(privacy.events.PvecDpEvent) if field.name != "noise_sampler"}
+        return privacy.events.PvecDpEvent(**copied, noise_sampler=params.noise_sampler(block_size))
 
     def encode_block(self, params: PvecParams, chunks, rng: np.random.Generator, work=None) -> PartialCounts:
         return encode_block(params, chunks, rng, work)

@@ -15,8 +15,7 @@ from typing import Iterable
 
 import numpy as np
 
-from pipeline.accounting import mechanisms
-from pipeline.accounting.events import ShuffleLdpDpEvent
+from pipeline import accounting as privacy  # submodules load on first use: shards never import dp_accounting
 from pipeline.options import Option, integer
 from pipeline.protocols import girgis
 from pipeline.protocols.base import BINARY, DATA, PlanError, Protocol
@@ -107,7 +106,7 @@ class GirgisProtocol(Protocol):
         return call.expected_users * girgis.exact_mse_bound(call.randomizer)
 
     @staticmethod
-    def event(call: GirgisCall, block_size: int) -> ShuffleLdpDpEvent:
+    def event(call: GirgisCall, block_size: int) -> privacy.events.ShuffleLdpDpEvent:
         return _event(call.randomizer, call.users, call.population, call.sampling, call.rate)
 
     @staticmethod
@@ -129,7 +128,7 @@ class GirgisProtocol(Protocol):
 
 
 def _event(randomizer: girgis.GirgisParams, users: int, population: int, sampling: str, rate: float):
-    return ShuffleLdpDpEvent(users, population, sampling, rate, girgis.stream_epsilons(randomizer),
+    return privacy.events.ShuffleLdpDpEvent(users, population, sampling, rate, girgis.stream_epsilons(randomizer),
                              f"girgis_{randomizer.kind}", girgis.bits_per_user(randomizer))
 
 
@@ -149,7 +148,7 @@ def _plan(kind: str, accounting: str, levels: int, messages: int | None, users: 
 
     def spent(budget: float) -> float:
         event = _event(build(budget), users, population, sampling, rate)
-        return mechanisms.composed_epsilon(event, folds, delta, accounting)
+        return privacy.mechanisms.composed_epsilon(event, folds, delta, accounting)
 
     lo, hi = _BUDGET_RANGE
     if spent(lo) > epsilon:

@@ -18,12 +18,10 @@ import math
 from typing import Iterable
 
 import numpy as np
-from scipy import special
+import scipy  # submodules load on first use (scipy.stats alone costs 0.5 s per process)
 
-from pipeline.accounting import mechanisms
+from pipeline import accounting as privacy  # submodules load on first use: shards never import dp_accounting
 from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE, GAUSSIAN_SUM, NOISY_MAX, Protocol
-from pipeline.accounting.events import (ExactSumDpEvent, GaussianSumDpEvent, LocalDpEvent, NoisyMaxDpEvent,
-                                        PoissonGaussianDpEvent, ShuffleGaussianDpEvent)
 
 ALL, UNIFORM, POISSON = "all", "uniform", "poisson"
 SAMPLINGS = (ALL, UNIFORM, POISSON)
@@ -109,7 +107,7 @@ def duchi_report_norm(dim: int, radius: float, epsilon0: float) -> float:
     B = r·(e^ε0 + 1)/(e^ε0 − 1)·√π·d·Γ((d − 1)/2 + 1)/(2·Γ(d/2 + 1)), which makes
     the report unbiased (checked against the exact mean in the tests).
     """
-    log_ratio = special.gammaln((dim - 1) / 2 + 1) - special.gammaln(dim / 2 + 1)
+    log_ratio = scipy.special.gammaln((dim - 1) / 2 + 1) - scipy.special.gammaln(dim / 2 + 1)
     return radius / math.tanh(epsilon0 / 2.0) * math.sqrt(math.pi) * dim * math.exp(log_ratio) / 2.0
 
 
@@ -256,8 +254,8 @@ class ExactSum(SumProtocol):
     capabilities = frozenset({FIXED_NOISE, GAUSSIAN_SUM})
 
     @staticmethod
-    def _event(params: SumParams) -> ExactSumDpEvent:
-        return ExactSumDpEvent(params.users, params.population)
+    def _event(params: SumParams) -> privacy.events.ExactSumDpEvent:
+        return privacy.events.ExactSumDpEvent(params.users, params.population)
 
     @staticmethod
     def _calibrate(params: SumParams, epsilon, delta, folds, accounting) -> SumParams:
@@ -280,8 +278,10 @@ class CentralGaussian(SumProtocol):
     @staticmethod
     def _event(params: SumParams):
         if params.sampling == POISSON:
-            return PoissonGaussianDpEvent(params.population, params.rate, params.dim, params.sensitivity, params.sigma)
-        return GaussianSumDpEvent(params.users, params.population, params.dim, params.sensitivity, params.sigma)
+            return privacy.events.PoissonGaussianDpEvent(params.population, params.rate, params.dim, params.sensitivity,
+                                                         params.sigma)
+        return privacy.events.GaussianSumDpEvent(params.users, params.population, params.dim, params.sensitivity,
+                                                 params.sigma)
 
     def finish(self, params: SumParams, total: FixedPointSum, rng: np.random.Generator) -> ReleasedSum:
         exact = super().finish(params, total, rng)
@@ -307,9 +307,9 @@ class ShuffleGaussian(SumProtocol):
         return params.population * params.norm_bound + _TAIL_SDS * params.sigma * math.sqrt(params.population)
 
     @staticmethod
-    def _event(params: SumParams) -> ShuffleGaussianDpEvent:
-        return ShuffleGaussianDpEvent(params.users, params.population, params.dim, params.sensitivity, params.sigma,
-                                      params.rate if params.sampling == POISSON else 0.0)
+    def _event(params: SumParams) -> privacy.events.ShuffleGaussianDpEvent:
+        return privacy.events.ShuffleGaussianDpEvent(params.users, params.population, params.dim, params.sensitivity,
+                                                     params.sigma, params.rate if params.sampling == POISSON else 0.0)
 
     @staticmethod
     def sum_mse(params: SumParams) -> float:
@@ -328,10 +328,10 @@ class ReportNoisyMax(SumProtocol):
     supports_sampling = False
 
     @staticmethod
-    def _event(params: SumParams) -> NoisyMaxDpEvent:
+    def _event(params: SumParams) -> privacy.events.NoisyMaxDpEvent:
         if not params.noisy_max:
             raise ValueError("report_noisy_max needs an optimizer that makes noisy selections (frank_wolfe_l1)")
-        return NoisyMaxDpEvent(params.users, *params.noisy_max)
+        return privacy.events.NoisyMaxDpEvent(params.users, *params.noisy_max)
 
     @staticmethod
     def _calibrate(params, epsilon, delta, folds, accounting) -> SumParams:
@@ -350,14 +350,14 @@ class LocalL2(SumProtocol):
         return params.population * params.report_norm
 
     @staticmethod
-    def _event(params: SumParams) -> LocalDpEvent:
-        return LocalDpEvent(params.users, params.epsilon0, LocalL2.name)
+    def _event(params: SumParams) -> privacy.events.LocalDpEvent:
+        return privacy.events.LocalDpEvent(params.users, params.epsilon0, LocalL2.name)
 
     @staticmethod
     def _calibrate(params, epsilon, delta, folds, accounting) -> SumParams:
         def spent(eps0: float) -> float:
-            event = LocalDpEvent(params.users, eps0, LocalL2.name)
-            return mechanisms.composed_epsilon(event, folds, delta, accounting)
+            event = privacy.events.LocalDpEvent(params.users, eps0, LocalL2.name)
+            return privacy.mechanisms.composed_epsilon(event, folds, delta, accounting)
 
         lo, hi = 0.0, epsilon
         for _ in range(60):  # the largest ε0 whose folds-fold composition stays within ε
@@ -395,7 +395,7 @@ def _least_noise(event_for, sensitivity: float, epsilon: float, delta: float, fo
       ValueError: no σ below 1e6·Δ meets it.
     """
     def spent(sigma: float) -> float:
-        return mechanisms.composed_epsilon(event_for(sigma), folds, delta, accounting)
+        return privacy.mechanisms.composed_epsilon(event_for(sigma), folds, delta, accounting)
 
     lo, hi = 1e-3 * sensitivity, 1e6 * sensitivity
     if accounting == "tight":
