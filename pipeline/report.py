@@ -10,12 +10,15 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import scipy  # noqa: E402  (scipy.stats loads on first use)
 
 from pipeline.config import NOT_IN_HASH, is_field  # noqa: E402
 from pipeline.errors import ConfigError  # noqa: E402
 from pipeline.optimizers.theory import THEORY_COLUMNS  # noqa: E402
 
 LABEL = ["optimizer.name", "privacy.epsilon"]
+SLOPE_LEVEL = 0.9  # the confidence level of slopes.csv's bootstrap interval
+SLOPE_RESAMPLES = 2000
 
 
 def fit_slope(x: np.ndarray, y: np.ndarray) -> float:
@@ -25,6 +28,32 @@ def fit_slope(x: np.ndarray, y: np.ndarray) -> float:
     if len(np.unique(x[keep])) < 2:
         return math.nan
     return float(np.polyfit(np.log(x[keep]), np.log(y[keep]), 1)[0])
+
+
+def slope_interval(n_users: np.ndarray, losses: list[np.ndarray]) -> tuple[float, float]:
+    """Percentile bootstrap interval (level SLOPE_LEVEL) of `fit_slope` of the per-n mean
+    loss: each n's seeds are resampled with replacement, independently of the other n's
+    (scipy.stats.bootstrap, seeded, so a report is reproducible).
+
+    Args:
+      n_users: the distinct n, ascending.
+      losses: for each n, its seeds' final excess losses.
+
+    Returns:
+      (low, high), NaN where a slope cannot be fitted or an n has a single seed or a loss ≤ 0.
+    """
+    centred = np.log(np.asarray(n_users, float))
+    centred -= centred.mean()
+    if len(centred) < 2 or any(len(seeds) < 2 or np.any(np.asarray(seeds) <= 0) for seeds in losses):
+        return math.nan, math.nan
+
+    def slope(*samples, axis=-1):  # least squares of log mean against log n, for a batch of resamples
+        log_means = np.stack([np.log(np.mean(sample, axis=axis)) for sample in samples], axis=-1)
+        return log_means @ centred / (centred @ centred)
+
+    result = scipy.stats.bootstrap(losses, slope, vectorized=True, paired=False, confidence_level=SLOPE_LEVEL,
+                                   n_resamples=SLOPE_RESAMPLES, method="percentile", rng=np.random.default_rng(0))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
 def _read(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -95,10 +124,13 @@ def _excess_vs_n(runs: pd.DataFrame, axes) -> pd.DataFrame:
         by_n = group.groupby("n_users").agg(loss=("final_excess_loss", "mean"), theory=("theory_rate", "first"))
         measured = fit_slope(by_n.index.to_numpy(), by_n["loss"].to_numpy())
         theoretical = fit_slope(by_n.index.to_numpy(), by_n["theory"].to_numpy())
+        low, high = slope_interval(by_n.index.to_numpy(), [seeds.to_numpy() for _, seeds in
+                                                            group.groupby("n_users")["final_excess_loss"]])
         name = _series_name(runs, values)
         rows.append({"series": name, "optimizer.name": values["optimizer.name"],
                      "privacy.epsilon": values["privacy.epsilon"], "measured_slope": measured,
-                     "theory_slope": theoretical, "points": len(by_n)})
+                     "slope_low": low, "slope_high": high, "theory_slope": theoretical, "points": len(by_n),
+                     "seeds": int(group.groupby("n_users").size().min())})
         line = axes.plot(by_n.index, by_n["loss"], marker="o",
                          label=f"{name}: slope {measured:.2f} (theory {theoretical:.2f})")
         axes.plot(by_n.index, by_n["theory"], linestyle="--", color=line[0].get_color(), linewidth=0.8)
