@@ -10,7 +10,7 @@ import numpy as np
 
 from pipeline.engine import evaluation
 from pipeline.engine.job import EXACT, RunJob
-from pipeline.engine.layout import NOISE_STREAM, stream
+from pipeline.engine.layout import NOISE_STREAM, LazyStream
 from pipeline.engine.rounds import RoundRecord, execute_rounds
 from pipeline.protocols.base import RoundPlan
 
@@ -73,7 +73,7 @@ class ShardPool(abc.ABC):
         protocol = self.job.protocol
         if self.job.simulation == EXACT:
             return protocol.finish(params, self.total_counts(plan, params, theta),
-                                   stream(self.job.seed, NOISE_STREAM, plan.round))
+                                   LazyStream(self.job.seed, NOISE_STREAM, plan.round))
         shuffled = self.shuffle_messages(plan, params, theta)
         labels = np.concatenate([part[0] for part in shuffled])
         bits = np.concatenate([part[1] for part in shuffled])

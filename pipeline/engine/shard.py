@@ -9,7 +9,7 @@ import numpy as np
 
 from pipeline.engine.job import RunJob
 from pipeline.engine.layout import (DATA_STREAM, NOISE_STREAM, PERMUTE_STREAM, ROUND_STREAM, SCATTER_STREAM,
-                                    sampled_users, stream)
+                                    LazyStream, sampled_users, stream)
 from pipeline.engine.rounds import RoundRecord, execute_rounds
 from pipeline.problems.smoothed import MoreauSmoothed
 from pipeline.protocols.base import DATA, RoundPlan
@@ -174,7 +174,7 @@ class Shard:
         def collect(plan, params, theta):
             protocol = self.job.protocol
             return protocol.finish(params, self.partial_counts(plan, params, theta),
-                                   stream(self.job.seed, NOISE_STREAM, plan.round))
+                                   LazyStream(self.job.seed, NOISE_STREAM, plan.round))
 
         return execute_rounds(self.job, state, start, stop, collect)
 

@@ -135,6 +135,8 @@ def add_partials(partials: Iterable[Any]) -> Any:
     """
     partials = list(partials)
     first = partials[0]
+    if len(partials) == 1:  # a round inside one block (most sequential rounds): nothing to add
+        return first
     return dataclasses.replace(first, **{field.name: functools.reduce(operator.add, [getattr(p, field.name)
                                                                                     for p in partials])
                                          for field in dataclasses.fields(first)})
