@@ -94,22 +94,23 @@ def test_ray_job_submit_runs_a_grid_into_the_tracking_server(loopback_cluster):
     submitted = subprocess.run(
         [str(BIN / "ray"), "job", "submit", "--working-dir", str(ROOT), "--",
          "python", "-m", "pipeline", "run", "experiments/quickstart.yaml", "--set", "n_users=20000",
-         "--set", "grid.privacy.accounting=[tight]", "--out", str(out),
+         "--set", "grid.privacy.accounting=[tight]", "--set", "grid.privacy.epsilon=[8]",
+         "--out", str(out),
          "--set", f"tracking.mlflow_uri={cluster['mlflow']}"],
         cwd=ROOT, env={**cluster["env"], "RAY_ADDRESS": cluster["dashboard"]},
         capture_output=True, text=True, timeout=600)
     assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
-    assert "4 runs: 4 finished, 0 skipped, 0 failed" in submitted.stdout
+    assert "2 runs: 2 finished, 0 skipped, 0 failed" in submitted.stdout
 
     runs = pd.read_parquet(out / "runs.parquet")
-    assert len(runs) == 4 and set(runs["status"]) == {"finished"}
+    assert len(runs) == 2 and set(runs["status"]) == {"finished"}
 
     # Everything a user sees in the UI, through the server's REST API.
     api = cluster["mlflow"] + "/api/2.0/mlflow"
     experiment = _get(api + "/experiments/get-by-name?experiment_name=quickstart")["experiment"]
     found = _post(api + "/runs/search", {"experiment_ids": [experiment["experiment_id"]], "max_results": 100})
     mlflow_runs = found["runs"]
-    assert len(mlflow_runs) == 4 and {r["info"]["status"] for r in mlflow_runs} == {"FINISHED"}
+    assert len(mlflow_runs) == 2 and {r["info"]["status"] for r in mlflow_runs} == {"FINISHED"}
     assert {r["info"]["run_id"] for r in mlflow_runs} == set(runs["mlflow_run_id"])
     sgd = next(r for r in mlflow_runs
                if any(p["key"] == "optimizer.name" and p["value"] == "seq_sgd" for p in r["data"]["params"]))

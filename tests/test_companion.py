@@ -268,7 +268,8 @@ PAIRS = [
     {"optimizer.name": "mirror_descent_l1", "privacy.protocol": "central_gaussian", "problem.name": "l1_least_squares",
      "optimizer.batch_size": 20},
     # PNSGD and Frank–Wolfe have no noiseless twin here: their gap is to θ* itself.
-    {"optimizer.name": "pnsgd", "privacy.protocol": "central_gaussian", "n_users": 1000},
+    # n = 500 (one round per user): the gap falls by 12 SE, against the 5 asked.
+    {"optimizer.name": "pnsgd", "privacy.protocol": "central_gaussian", "n_users": 500},
     {"optimizer.name": "frank_wolfe_l1", "privacy.protocol": "report_noisy_max", "problem.name": "l1_least_squares",
      "n_users": 20000},
 ]
