@@ -1,6 +1,6 @@
 """Shared fixtures: one Ray session for the whole test run (DESIGN §6), new MLflow SQLite
-stores copied from one migrated once per run, and the experiment scripts' quick runs started
-in the background."""
+stores copied from one migrated once per run, and the commands that some tests only read
+(the experiment scripts' quick runs, the benchmarks' smoke run) started in the background."""
 from __future__ import annotations
 
 import logging
@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import ray
@@ -51,56 +52,70 @@ def new_mlflow_store(_empty_mlflow_db):
     return make
 
 
-# The experiment scripts' --quick runs that tests/test_accounting_figures.py and
-# tests/test_randomizer_figures.py check take ~25 s and ~50 s of one core and depend on
-# nothing else. When those tests are selected, their scripts run in child processes, one after
-# the other, from the start of the test run: on a 2-core machine they use the core the
-# single-threaded tests before them leave idle. Each module fixture waits for its script.
-FIGURE_SCRIPTS = {"test_accounting_figures.py": "accounting_figures.py",
-                  "test_randomizer_figures.py": "randomizer_figures.py"}
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+# Commands whose output some tests only read, and which depend on nothing else: the
+# experiment scripts' --quick runs (tests/test_accounting_figures.py, test_randomizer_figures.py:
+# ~25 s and ~50 s of one core) and the benchmarks' smoke run (tests/test_bench_smoke.py, ~20 s).
+# When those tests are selected, the commands run in child processes, one after the other, from
+# the start of the test run: on a 2-core machine they use the core the single-threaded tests
+# before them leave idle. Each test waits for its command. "{out}" is the command's own folder.
+ROOT = Path(__file__).resolve().parents[1]
+BACKGROUND = {  # the test module that reads it → (name, arguments of python)
+    "test_accounting_figures.py": ("accounting_figures",
+                                   ["experiments/accounting_figures.py", "--quick", "--out", "{out}"]),
+    "test_randomizer_figures.py": ("randomizer_figures",
+                                   ["experiments/randomizer_figures.py", "--quick", "--out", "{out}"]),
+    "test_bench_smoke.py": ("bench_smoke", ["-m", "bench", "--smoke"]),
+}
 
 
-class _QuickFigures:
-    """`python experiments/<script> --quick --out DIR`, for each script, in turn, in a thread."""
+class Finished(NamedTuple):
+    """A background command that exited with status 0: its folder and its standard output."""
 
-    def __init__(self, scripts: list[str], root: Path):
-        self._outs = {script: root / Path(script).stem for script in scripts}
-        self._done = {script: threading.Event() for script in scripts}
+    out: Path
+    stdout: str
+
+
+class _Background:
+    """`python ARGS` for each named command, in turn, in a thread (see BACKGROUND)."""
+
+    def __init__(self, commands: dict[str, list[str]], root: Path):
+        self._outs = {name: root / name for name in commands}
+        self._argv = {name: [sys.executable, *[arg.format(out=self._outs[name]) for arg in args]]
+                      for name, args in commands.items()}
+        self._done = {name: threading.Event() for name in commands}
         self._results: dict[str, subprocess.CompletedProcess | BaseException] = {}
         self._child: subprocess.Popen | None = None
         self._stopped = False
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run_all, name="quick-figures", daemon=True)
+        self._thread = threading.Thread(target=self._run_all, name="background-commands", daemon=True)
         self._thread.start()
 
     def _run_all(self) -> None:
-        for script, out in self._outs.items():
+        for name, argv in self._argv.items():
             try:
                 with self._lock:
                     if self._stopped:
                         raise RuntimeError("the test run ended first")
-                    self._child = subprocess.Popen(
-                        [sys.executable, str(EXPERIMENTS / script), "--quick", "--out", str(out)],
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                    self._outs[name].mkdir(parents=True, exist_ok=True)
+                    self._child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                   text=True)
                 stdout, stderr = self._child.communicate()
-                self._results[script] = subprocess.CompletedProcess(self._child.args, self._child.returncode,
-                                                                    stdout, stderr)
+                self._results[name] = subprocess.CompletedProcess(argv, self._child.returncode, stdout, stderr)
             except BaseException as error:  # reported by result()
-                self._results[script] = error
-            self._done[script].set()
+                self._results[name] = error
+            self._done[name].set()
 
-    def result(self, script: str, timeout: float = 1800.0) -> Path:
-        """Waits for the script's run; returns its output folder (it exited with status 0)."""
-        assert self._done[script].wait(timeout), f"{script} --quick did not finish within {timeout:.0f} s"
-        done = self._results[script]
+    def result(self, name: str, timeout: float = 1800.0) -> Finished:
+        """Waits for the command; returns its folder and output (it exited with status 0)."""
+        assert self._done[name].wait(timeout), f"{name} did not finish within {timeout:.0f} s"
+        done = self._results[name]
         if isinstance(done, BaseException):
             raise done
-        assert done.returncode == 0, f"{script} --quick exited {done.returncode}:\n{done.stderr[-3000:]}"
-        return self._outs[script]
+        assert done.returncode == 0, f"{' '.join(done.args)} exited {done.returncode}:\n{done.stderr[-3000:]}"
+        return Finished(self._outs[name], done.stdout)
 
     def stop(self) -> None:
-        """Kills a script still running (its tests were not reached) and starts no other."""
+        """Kills a command still running (its tests were not reached) and starts no other."""
         with self._lock:
             self._stopped = True
             if self._child is not None and self._child.poll() is None:
@@ -109,11 +124,11 @@ class _QuickFigures:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def quick_figures(request, tmp_path_factory):
-    """quick_figures(script) -> the output folder of `experiments/<script> --quick` (see above)."""
+def background(request, tmp_path_factory):
+    """background(name) -> Finished, of a BACKGROUND command (see above)."""
     selected = {item.path.name for item in request.session.items}
-    scripts = [script for test, script in FIGURE_SCRIPTS.items() if test in selected]
-    runner = _QuickFigures(scripts, tmp_path_factory.mktemp("quick_figures")) if scripts else None
+    commands = dict(command for test, command in BACKGROUND.items() if test in selected)
+    runner = _Background(commands, tmp_path_factory.mktemp("background")) if commands else None
     yield runner.result if runner else None
     if runner:
         runner.stop()

@@ -3,11 +3,6 @@ size, through the pipeline's public entry points, and each prints finite figures
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
 
 # Every benchmark, in the order `python -m bench` runs them, and a figure of each that
 # README's Performance tables quote: renaming one must update them.
@@ -20,11 +15,10 @@ QUOTED = {
 }
 
 
-def test_every_benchmark_prints_finite_figures():
-    done = subprocess.run([sys.executable, "-m", "bench", "--smoke"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    header, *lines = done.stdout.strip().splitlines()
+def test_every_benchmark_prints_finite_figures(background):
+    """`python -m bench --smoke`, run from the start of the test run in the background
+    (tests/conftest.py), exited with status 0 and printed these lines."""
+    header, *lines = background("bench_smoke").stdout.strip().splitlines()
     assert header.startswith("machine=") and header.endswith("mode=smoke")
     figures: dict[str, dict[str, float]] = {}
     current: dict[str, float] = {}

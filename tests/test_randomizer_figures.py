@@ -14,13 +14,13 @@ SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "randomizer_figur
 
 
 @pytest.fixture(scope="module")
-def run(quick_figures):
+def run(background):
     """The script, and its `--quick` run's folder and summary table (run from the start of the
     test run, in the background: tests/conftest.py)."""
     spec = importlib.util.spec_from_file_location("randomizer_figures", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    out = quick_figures(SCRIPT.name)
+    out = background("randomizer_figures").out
     return module, out, pd.read_csv(out / "summary.csv")
 
 
