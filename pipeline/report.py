@@ -40,11 +40,13 @@ def slope_interval(n_users: np.ndarray, losses: list[np.ndarray]) -> tuple[float
       losses: for each n, its seeds' final excess losses.
 
     Returns:
-      (low, high), NaN where a slope cannot be fitted or an n has a single seed or a loss ≤ 0.
+      (low, high), NaN where a slope cannot be fitted, or an n has a single seed or a loss
+      that is not a positive number.
     """
     centred = np.log(np.asarray(n_users, float))
     centred -= centred.mean()
-    if len(centred) < 2 or any(len(seeds) < 2 or np.any(np.asarray(seeds) <= 0) for seeds in losses):
+    if len(centred) < 2 or any(len(seeds) < 2 or not np.all(np.isfinite(seeds) & (np.asarray(seeds) > 0))
+                               for seeds in losses):
         return math.nan, math.nan
 
     def slope(*samples, axis=-1):  # least squares of log mean against log n, for a batch of resamples
