@@ -2,12 +2,9 @@
 interrupted grid resumes without duplicates."""
 from __future__ import annotations
 
-import os
+import json
 import signal
-import subprocess
-import sys
 import textwrap
-import time
 
 import pandas as pd
 import pytest
@@ -49,38 +46,22 @@ def test_concurrent_ray_grid_matches_the_local_backend(ray_session, tmp_path, ne
     assert (results["ray"].to_numpy() == results["local"].to_numpy()).all()
 
 
-def test_an_interrupted_grid_resumes_without_duplicates(tmp_path, new_mlflow_store):
-    # Ctrl-C lands 0.2 s after the second run (of twelve) is recorded; the ten runs left take
-    # seconds (the six seq_sgd ones ~10 s, on an idle machine), so it lands mid-grid.
-    path = _config(tmp_path, GRID.replace("backend: ray", "backend: local").replace(
-        "n_users: [5000, 20000]", "n_users: [5000, 20000, 50000]"))
-    uri = new_mlflow_store(tmp_path / "mlflow.db")
-    command = [sys.executable, "-m", "pipeline", "run", str(path), "--out", str(tmp_path / "out"),
-               "--set", f"tracking.mlflow_uri={uri}"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # progress lines arrive as they are printed
-    with open(tmp_path / "stderr.txt", "w") as stderr:
-        # Ctrl-C's default action in the child even if this test runs as a background job (SIGINT ignored).
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, cwd=tmp_path, env=env,
-                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-        for line in child.stdout:  # wait until some runs are recorded, then Ctrl-C
-            if " 2/12 " in line:
-                break
-        time.sleep(0.2)
-        child.send_signal(signal.SIGINT)
-        child.communicate(timeout=120)
-    err = (tmp_path / "stderr.txt").read_text()
-    assert child.returncode == 130 and "rerun the same command to resume" in err
-    partial = pd.read_parquet(tmp_path / "out" / "runs.parquet")
+def test_an_interrupted_grid_resumes_without_duplicates(background):
+    """A local grid Ctrl-C'd after its second run (tests/interrupted_grid.py, run in the
+    background from the start of the test run) stops with 130 and says how to resume; the
+    rerun completes it, with nothing duplicated in Parquet or MLflow."""
+    out = background("interrupted_grid").out
+    outcome = json.loads((out / "outcome.json").read_text())
+    assert outcome["first"]["returncode"] == 130 and "rerun the same command to resume" in outcome["first"]["stderr"]
+    partial = pd.read_parquet(out / "partial_runs.parquet")
     assert 2 <= (partial["status"] == "finished").sum() < 12
-    # The rerun completes the grid: nothing duplicated in Parquet or MLflow.
-    rerun = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300)
-    assert rerun.returncode == 0, rerun.stderr
-    runs = pd.read_parquet(tmp_path / "out" / "runs.parquet")
-    rounds = pd.read_parquet(tmp_path / "out" / "rounds.parquet")
+    assert outcome["rerun"]["returncode"] == 0, outcome["rerun"]["stderr"]
+    runs = pd.read_parquet(out / "out" / "runs.parquet")
+    rounds = pd.read_parquet(out / "out" / "rounds.parquet")
     assert len(runs) == 12 and runs["run_id"].is_unique and set(runs["status"]) == {"finished"}
     assert not rounds.duplicated(["run_id", "round"]).any()
     assert set(rounds["run_id"]) == set(runs["run_id"])
-    client = MlflowClient(tracking_uri=uri)
+    client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("grid")
     mlflow_runs = client.search_runs([experiment.experiment_id], max_results=1000)
     assert len(mlflow_runs) == 12 and {r.info.status for r in mlflow_runs} == {"FINISHED"}
