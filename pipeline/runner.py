@@ -47,8 +47,15 @@ def _ledger(job: engine.RunJob, records: list[tuple[int, int, int, object]]) -> 
     optimizer, schedule = job.optimizer, job.schedule
     ledger = PrivacyLedger(schedule.composition, optimizer.epsilon, optimizer.delta, schedule.slack,
                            job.protocol.accounting, schedule.release, schedule.rounds - 1)
+    events: dict = {}  # a call's event depends on its parameters only: one per distinct call, not per round
     for round_index, first, stop, params in records:
-        ledger.record(round_index, first, stop, job.protocol.event(params, job.block_size))
+        try:
+            if params not in events:
+                events[params] = job.protocol.event(params, job.block_size)
+            event = events[params]
+        except TypeError:  # a plug-in's unhashable parameters
+            event = job.protocol.event(params, job.block_size)
+        ledger.record(round_index, first, stop, event)
     return ledger
 
 

@@ -139,3 +139,33 @@ def test_robust_mode_ledger_is_corollary_a9_and_the_tight_bound_of_the_honest_no
     assert ledger.total() == honest_only.total()
     # Corollary A.9 does not cover a call above ε = 1: no paper bound.
     assert paper_bound(attr.evolve(CjmpVec.event(paper_call, 64), epsilon=1.5)) is None
+
+
+def test_the_planned_ledger_is_the_same_whether_a_calls_parameters_hash_or_not():
+    """The runner makes one event per distinct call (parameters that hash) instead of one per
+    round; a plug-in's unhashable parameters get one per round: the same ledger either way."""
+    import types
+
+    from pipeline import config, runner
+
+    # Phases of different batch sizes: several distinct calls, each over many rounds.
+    tree = {"problem": {"name": "quadratic", "dim": 3, "radius": 1.0}, "n_users": 20000,
+            "optimizer": {"name": "seq_phased"}, "privacy": {"epsilon": 2.0, "delta": 1e-6, "accounting": "tight"}}
+    (run,) = config.expand(tree)
+    planned = runner.plan_run(run)
+    job = planned.job
+    plans = [job.schedule.plan(r) for r in range(job.schedule.rounds)]
+    records = [(p.round, p.first_user, p.stop_user, job.protocol.planned(p, job.problem.dim)) for p in plans]
+
+    class Wrapped:  # the same calls, their parameters in a list (unhashable)
+        accounting = job.protocol.accounting
+
+        @staticmethod
+        def event(params, block_size):
+            return job.protocol.event(params[0], block_size)
+
+    unhashable = types.SimpleNamespace(optimizer=job.optimizer, schedule=job.schedule, protocol=Wrapped(),
+                                       block_size=job.block_size)
+    wrapped = runner._ledger(unhashable, [(r, first, stop, [params]) for r, first, stop, params in records])
+    assert len(records) > len({params for *_, params in records}) > 1  # 23 rounds, 5 distinct calls
+    assert runner._ledger(job, records).to_dict() == wrapped.to_dict() == planned.ledger.to_dict()

@@ -99,6 +99,9 @@ class Schedule:
             total += group.rounds
         object.__setattr__(self, "_starts", tuple(starts))
         object.__setattr__(self, "_total", total)
+        # Each group's share of its rounds' plans, read once (plan() runs for every round, twice).
+        object.__setattr__(self, "_plan_fields", tuple({name: getattr(group, name) for name in _PLAN_FIELDS}
+                                                       for group in self.groups))
 
     @property
     def rounds(self) -> int:
@@ -117,7 +120,7 @@ class Schedule:
         group = self.groups[at]
         first = group.first_user + (round_index - self._starts[at]) * group.user_stride
         return RoundPlan(round=round_index, first_user=first, stop_user=first + group.users, inputs=self.inputs,
-                         **{name: getattr(group, name) for name in _PLAN_FIELDS})
+                         **self._plan_fields[at])
 
 
 def with_dropouts(schedule: Schedule, honest_fraction: float) -> Schedule:
