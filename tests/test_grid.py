@@ -10,18 +10,8 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+from interrupted_grid import GRID  # tests/interrupted_grid.py
 from pipeline import cli, config, engine, runner
-
-GRID = """
-experiment: grid
-problem: {name: quadratic, dim: 3, radius: 1.0}
-n_users: 20000
-optimizer: {name: seq_sgd}
-privacy: {epsilon: 4.0, delta: 1.0e-6}
-seeds: [0, 1]
-grid: {optimizer.name: [mean_estimation, seq_sgd], n_users: [5000, 20000]}
-execution: {backend: ray, shards: 2}
-"""
 
 
 def _config(tmp_path, text=GRID):
