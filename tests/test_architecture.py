@@ -4,6 +4,9 @@ writing only in tracking, no particular protocol named outside protocols/."""
 from __future__ import annotations
 
 import ast
+import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -156,10 +159,6 @@ def test_a_shard_loads_its_job_without_the_accountants(case, tmp_path):
     """A shard actor unpickles its run's job before its first round; the accountants
     (dp_accounting, scipy.stats: about a second per process) are for the driver's ledger,
     so loading a job must not import them (pipeline.accounting's lazy submodules)."""
-    import pickle
-    import subprocess
-    import sys
-
     from pipeline import config, runner
 
     tree = {"experiment": "shard", "problem": {"name": "quadratic", "dim": 3, "radius": 1.0}, "n_users": 2000,

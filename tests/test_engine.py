@@ -296,14 +296,15 @@ def test_the_driver_receives_only_each_rounds_total_even_with_one_user_blocks(ra
 def test_the_curators_noise_stream_is_built_only_when_a_protocol_draws_from_it(monkeypatch):
     """Rounds pass a LazyStream to `finish`: P_vec's finish draws nothing, so no generator is
     built for it, and central noise drawn through it is the keyed stream's, draw for draw."""
-    from pipeline.engine import layout
+    from pipeline.engine import layout, shard
     from pipeline.engine.layout import NOISE_STREAM, LazyStream, stream
 
     lazy = LazyStream(7, NOISE_STREAM, 3)
     assert lazy.generator is None
     assert np.array_equal(lazy.standard_normal(5), stream(7, NOISE_STREAM, 3).standard_normal(5))
     built = []
-    monkeypatch.setattr(layout, "stream", lambda *key: built.append(key) or stream(*key))
+    for module in (layout, shard):  # every generator the rounds build, lazily or not
+        monkeypatch.setattr(module, "stream", lambda *key: built.append(key) or stream(*key))
     job = _jobs()["seq_sgd"]()
     LocalPool(job, 1).run()
     assert not [key for key in built if key[1] == NOISE_STREAM]
