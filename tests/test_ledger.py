@@ -60,6 +60,27 @@ def test_sequential_ledger_refuses_overlapping_batches():
     assert "user" not in str(data).replace("users", "")  # no user ids or ranges
 
 
+def test_a_sequential_series_is_the_worst_call_so_far_at_every_round():
+    """Disjoint batches compose in parallel (seed 000, Theorem 4.1's accounting): after each
+    round the spend is the largest per-call (ε, δ) so far, however often each call ran."""
+    small, large = _event(epsilon=0.5), _event(epsilon=1.0)
+    calls = [small] * 3 + [large] * 2 + [small] * 2
+    ledger = PrivacyLedger(SEQUENTIAL, 1.0, 1e-6, accounting="tight")
+    for round_index, event in enumerate(calls):
+        ledger.record(round_index, 100 * round_index, 100 * round_index + 100, event)
+    # Paper mode: each call claims its own target (Theorem 3.2).
+    assert ledger.spent_series("paper") == [(0.5, 1e-6)] * 3 + [(1.0, 1e-6)] * 4
+    # Tight mode: each call's own bound, from a one-call ledger.
+    alone = {}
+    for event in (small, large):
+        one = PrivacyLedger(SEQUENTIAL, 1.0, 1e-6, accounting="tight")
+        one.record(0, 0, 100, event)
+        alone[event] = one.total()
+    assert alone[small][0] < alone[large][0]
+    assert ledger.spent_series() == [alone[small]] * 3 + [alone[large]] * 4
+    assert ledger.spent_series() == [ledger.spent_after(r) for r in range(len(calls))]
+
+
 def test_advanced_composition_formula():
     # DRV10 Thm III.3 by hand: k = 100, ε0 = 0.01, δ' = 1e-6.
     epsilon, delta = advanced_composition(0.01, 1e-8, 100, 1e-6)
