@@ -16,7 +16,7 @@ from pipeline.accounting import mechanisms, shuffle_ldp
 from pipeline.accounting.events import GaussianSumDpEvent, PoissonGaussianDpEvent, ShuffleLdpDpEvent
 from pipeline.accounting.ledger import FULLY_INTERACTIVE, PrivacyLedger
 from pipeline.accounting.pvec_tight import analytic_gaussian_sigma
-from pipeline.engine.layout import BlockLayout, sampled_users
+from pipeline.engine.layout import BlockLayout, Streams, sampled_users
 from pipeline.optimizers import DssSGD
 from pipeline.problems import Quadratic
 from pipeline.protocols import build_protocol
@@ -116,7 +116,7 @@ def test_partials_add_to_the_same_bits_in_any_grouping(name):
 def _union(layout, plan, partition):
     chosen = {}
     for blocks in partition:
-        chosen.update(sampled_users(layout, 11, plan, blocks))
+        chosen.update(sampled_users(layout, Streams(11), plan, blocks))  # a shard's own streams
     return np.concatenate([chosen[b] for b in sorted(chosen)]) if chosen else np.zeros(0, int)
 
 

@@ -293,21 +293,24 @@ def test_the_driver_receives_only_each_rounds_total_even_with_one_user_blocks(ra
                 and type(value) is not PartialCounts]
 
 
-def test_the_curators_noise_stream_is_built_only_when_a_protocol_draws_from_it(monkeypatch):
-    """Rounds pass a LazyStream to `finish`: P_vec's finish draws nothing, so no generator is
-    built for it, and central noise drawn through it is the keyed stream's, draw for draw."""
-    from pipeline.engine import layout, shard
-    from pipeline.engine.layout import NOISE_STREAM, LazyStream, stream
+def test_a_reused_stream_draws_what_a_new_generator_of_its_key_draws():
+    """Rounds re-key one generator per stream kind (Streams) instead of building one per
+    (round, block): every key must still give its own stream's draws, whatever the same
+    kind drew before, and distinct keys distinct streams."""
+    from pipeline.engine.layout import NOISE_STREAM, ROUND_STREAM, SAMPLE_STREAM, Streams, counter, stream
 
-    lazy = LazyStream(7, NOISE_STREAM, 3)
-    assert lazy.generator is None
-    assert np.array_equal(lazy.standard_normal(5), stream(7, NOISE_STREAM, 3).standard_normal(5))
-    built = []
-    for module in (layout, shard):  # every generator the rounds build, lazily or not
-        monkeypatch.setattr(module, "stream", lambda *key: built.append(key) or stream(*key))
-    job = _jobs()["seq_sgd"]()
-    LocalPool(job, 1).run()
-    assert not [key for key in built if key[1] == NOISE_STREAM]
-    dp_sgd = _jobs()["dp_sgd"]()
-    LocalPool(dp_sgd, 1).run()
-    assert len([key for key in built if key[1] == NOISE_STREAM]) == dp_sgd.schedule.rounds
+    def draws(generator):  # uses the buffered paths too: 32-bit halves and Philox's 4-word blocks
+        return (generator.integers(0, 2**32, size=3, dtype=np.uint32).tolist(), generator.random(3).tolist(),
+                generator.binomial(10**12, 0.3, 2).tolist(), generator.standard_normal(3).tolist())
+
+    streams = Streams(7)
+    keys = [(ROUND_STREAM, 3, 0), (ROUND_STREAM, 3, 1), (ROUND_STREAM, 4, 0), (SAMPLE_STREAM, 2),
+            (SAMPLE_STREAM, 2, 0), (NOISE_STREAM, 2**64 - 1)]
+    fresh = {key: draws(stream(7, *key)) for key in keys}
+    for key in keys + keys[::-1]:  # each after others of its kind left the generator mid-block
+        assert draws(streams(*key)) == fresh[key]
+    assert len({str(value) for value in fresh.values()}) == len(keys)
+    assert draws(stream(8, *keys[0])) != fresh[keys[0]]  # the seed is the run's key
+    for bad in [(ROUND_STREAM, 1, 2, 3), (ROUND_STREAM, -1), (2**32, 0), (ROUND_STREAM, 2**64)]:
+        with pytest.raises(ValueError, match="stream key"):
+            counter(*bad)

@@ -10,7 +10,7 @@ import numpy as np
 
 from pipeline.engine import evaluation
 from pipeline.engine.job import EXACT, RunJob
-from pipeline.engine.layout import NOISE_STREAM, LazyStream
+from pipeline.engine.layout import NOISE_STREAM, Streams
 from pipeline.engine.rounds import RoundRecord, execute_rounds
 from pipeline.protocols.base import RoundPlan
 
@@ -27,6 +27,7 @@ class ShardPool(abc.ABC):
 
     def __init__(self, job: RunJob, shards: int):
         self.job = job
+        self._streams = Streams(job.seed)  # the curator's noise, drawn on the driver
         layout = job.layout
         self.shard_blocks = layout.shard_blocks(shards)
         self.user_ranges = [(layout.block_users(a)[0], layout.block_users(b - 1)[1]) for a, b in self.shard_blocks]
@@ -73,7 +74,7 @@ class ShardPool(abc.ABC):
         protocol = self.job.protocol
         if self.job.simulation == EXACT:
             return protocol.finish(params, self.total_counts(plan, params, theta),
-                                   LazyStream(self.job.seed, NOISE_STREAM, plan.round))
+                                   self._streams(NOISE_STREAM, plan.round))
         shuffled = self.shuffle_messages(plan, params, theta)
         labels = np.concatenate([part[0] for part in shuffled])
         bits = np.concatenate([part[1] for part in shuffled])

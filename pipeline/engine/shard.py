@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.engine.job import RunJob
-from pipeline.engine.layout import (DATA_STREAM, NOISE_STREAM, PERMUTE_STREAM, ROUND_STREAM, SCATTER_STREAM,
-                                    LazyStream, sampled_users, stream)
+from pipeline.engine.layout import (DATA_STREAM, NOISE_STREAM, PERMUTE_STREAM, ROUND_STREAM, SCATTER_STREAM, Streams,
+                                    sampled_users)
 from pipeline.engine.rounds import RoundRecord, execute_rounds
 from pipeline.problems.smoothed import MoreauSmoothed
 from pipeline.protocols.base import DATA, RoundPlan
@@ -35,6 +35,7 @@ class Shard:
 
     def __init__(self, job: RunJob, first_block: int, stop_block: int, heldout_blocks: tuple[int, int] = (0, 0)):
         self.job = job
+        self.streams = Streams(job.seed)  # each generator valid during the call it is passed to
         layout = job.layout
         self.blocks = range(first_block, stop_block)
         self.first_user = layout.block_users(first_block)[0]
@@ -49,7 +50,7 @@ class Shard:
             for block in self.blocks:
                 first, stop = layout.block_users(block)
                 self.data[:, first - self.first_user: stop - self.first_user] = job.problem.sample(
-                    stream(job.seed, DATA_STREAM, block), stop - first)
+                    self.streams(DATA_STREAM, block), stop - first)
         self.heldout_blocks = range(*heldout_blocks)
         heldout = job.heldout_layout
         self.heldout_first = heldout.block_users(heldout_blocks[0])[0] if self.heldout_blocks else 0
@@ -95,7 +96,7 @@ class Shard:
         """(block, shard positions) of the round's users in this shard: a slice,
         or for a sampled round the sampled users' positions (possibly none)."""
         if plan.sampling != "all":
-            chosen = sampled_users(self.job.layout, self.job.seed, plan, self.blocks)
+            chosen = sampled_users(self.job.layout, self.streams, plan, self.blocks)
             for block in self.job.layout.blocks_overlapping(max(plan.first_user, self.first_user),
                                                             min(plan.stop_user, self.stop_user)):
                 yield block, chosen.get(block, np.zeros(0, np.int64)) - self.first_user
@@ -122,7 +123,7 @@ class Shard:
         parts = [
             self.job.protocol.encode_block(
                 params, self._input_chunks(plan, theta, users),
-                stream(self.job.seed, ROUND_STREAM, plan.round, block), self._work,
+                self.streams(ROUND_STREAM, plan.round, block), self._work,
             )
             for block, users in self._block_slices(plan)
         ]
@@ -174,7 +175,7 @@ class Shard:
         def collect(plan, params, theta):
             protocol = self.job.protocol
             return protocol.finish(params, self.partial_counts(plan, params, theta),
-                                   LazyStream(self.job.seed, NOISE_STREAM, plan.round))
+                                   self.streams(NOISE_STREAM, plan.round))
 
         return execute_rounds(self.job, state, start, stop, collect)
 
@@ -193,7 +194,7 @@ class Shard:
         parts = [
             self.job.protocol.encode_messages(
                 params, self._inputs(plan, theta, users),
-                stream(self.job.seed, ROUND_STREAM, plan.round, block),
+                self.streams(ROUND_STREAM, plan.round, block),
             )
             for block, users in self._block_slices(plan)
         ]
@@ -202,7 +203,7 @@ class Shard:
             return [empty] * destinations
         labels = np.concatenate([part[0] for part in parts])
         bits = np.concatenate([part[1] for part in parts])
-        rng = stream(self.job.seed, SCATTER_STREAM, plan.round, self.blocks.start)
+        rng = self.streams(SCATTER_STREAM, plan.round, self.blocks.start)
         target = rng.integers(destinations, size=labels.size)
         return [(labels[target == d], bits[target == d]) for d in range(destinations)]
 
@@ -220,5 +221,5 @@ class Shard:
         """
         labels = np.concatenate([chunk[0] for chunk in chunks])
         bits = np.concatenate([chunk[1] for chunk in chunks])
-        order = stream(self.job.seed, PERMUTE_STREAM, round_index, self.blocks.start).permutation(labels.size)
+        order = self.streams(PERMUTE_STREAM, round_index, self.blocks.start).permutation(labels.size)
         return labels[order], bits[order]

@@ -26,8 +26,8 @@ class Problem(abc.ABC):
     driver and again in every shard (the object is pickled to the shards).
 
     What the engine guarantees a problem: `sample` is called once per block of
-    users, with that block's own generator keyed by (seed, block), inside the
-    shard that holds the block; the data never leave the shard.
+    users, with that block's own generator keyed by (seed, block) and valid during
+    the call, inside the shard that holds the block; the data never leave the shard.
 
     What a problem must guarantee: `sample` depends only on its generator and
     count (so any sharding gives the same users); `gradients` has ℓ2 norm at

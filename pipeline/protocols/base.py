@@ -9,7 +9,8 @@ module, and the runner's pairing rules read the capabilities declared here.
 What the engine guarantees a protocol:
   - `encode_block` sees one block of users at a time, with a generator keyed
     by (seed, round, block): the same block gets the same stream whatever the
-    number of shards or the backend;
+    number of shards or the backend (valid during the call only: the engine
+    re-keys the same generator for the next block);
   - only the merged total of a call reaches the analyzer (`finish`, `decode`);
     raw inputs and per-user values never leave the shard (DESIGN §3);
   - the optimizer sees only `decode`'s estimate divided by `released_count`.
@@ -248,7 +249,7 @@ class Protocol(abc.ABC):
           params: the call.
           chunks: the block's inputs, (d, users) arrays, each valid only until
             the next is drawn; the randomizer clips them to its bound.
-          rng: the generator keyed by (seed, round, block).
+          rng: the generator keyed by (seed, round, block), valid during this call only.
           work: this shard's `workspace`, reused across chunks.
 
         Returns:
@@ -281,7 +282,7 @@ class Protocol(abc.ABC):
         Args:
           params: the call.
           total: the merged partial of all its users.
-          rng: the curator's generator, keyed by (seed, round) (central noise only).
+          rng: the curator's generator, keyed by (seed, round) (central noise only), valid during this call only.
 
         Returns:
           The statistic; it has `users`, the count of users whose messages arrived.
