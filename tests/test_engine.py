@@ -304,8 +304,8 @@ def test_a_reused_stream_draws_what_a_new_generator_of_its_key_draws():
                 generator.binomial(10**12, 0.3, 2).tolist(), generator.standard_normal(3).tolist())
 
     streams = Streams(7)
-    keys = [(ROUND_STREAM, 3, 0), (ROUND_STREAM, 3, 1), (ROUND_STREAM, 4, 0), (SAMPLE_STREAM, 2),
-            (SAMPLE_STREAM, 2, 0), (NOISE_STREAM, 2**64 - 1)]
+    keys = [(ROUND_STREAM, 3, 0), (ROUND_STREAM, 3, 1), (ROUND_STREAM, 4, 0), (SAMPLE_STREAM, 2, 5),
+            (SAMPLE_STREAM, 2), (SAMPLE_STREAM, 2, 0), (NOISE_STREAM, 2**64 - 1)]
     fresh = {key: draws(stream(7, *key)) for key in keys}
     for key in keys + keys[::-1]:  # each after others of its kind left the generator mid-block
         assert draws(streams(*key)) == fresh[key]

@@ -34,7 +34,7 @@ def run_key(seed: int) -> np.ndarray:
     return key
 
 
-def counter(*key: int) -> np.ndarray:
+def counter(*key: int, out: np.ndarray | None = None) -> np.ndarray:
     """The first Philox counter of a stream: word 0 counts the stream's draws from 0, and
     words 1–3 hold its key, so distinct keys own disjoint counter ranges (word 0 would
     need 2⁶⁴ blocks of four draws to carry into word 1).
@@ -42,6 +42,7 @@ def counter(*key: int) -> np.ndarray:
     Args:
       *key: the stream's key, e.g. (ROUND_STREAM, round, block): a kind and up to two
         indices in [0, 2⁶⁴).
+      out: four uint64 words to write it into (a new array if None).
 
     Returns:
       Four uint64 words: (0, len(key)·2³² + kind, key[1], key[2]), absent indices 0
@@ -50,10 +51,14 @@ def counter(*key: int) -> np.ndarray:
     Raises:
       ValueError: a key too long, or an index out of range.
     """
-    if not 1 <= len(key) <= 3 or not 0 <= key[0] < 1 << 32 or not all(0 <= index < _WORD for index in key[1:]):
+    if not 1 <= len(key) <= 3 or not 0 <= key[0] < 1 << 32:
         raise ValueError(f"stream key {key}: a kind in [0, 2³²) and at most two indices in [0, 2⁶⁴)")
-    padded = (*key[1:], 0, 0)
-    return np.array([0, (len(key) << 32) + key[0], padded[0], padded[1]], dtype=np.uint64)
+    words = np.zeros(4, dtype=np.uint64) if out is None else out
+    try:  # numpy refuses an index outside uint64
+        words[:] = (0, (len(key) << 32) + key[0], *key[1:], *(0,) * (3 - len(key)))
+    except OverflowError:
+        raise ValueError(f"stream key {key}: a kind in [0, 2³²) and at most two indices in [0, 2⁶⁴)") from None
+    return words
 
 
 def stream(seed: int, *key: int) -> np.random.Generator:
@@ -89,7 +94,7 @@ class Streams:
 
     def __init__(self, seed: int):
         self._key = run_key(seed)
-        self._generators: dict[int, np.random.Generator] = {}
+        self._kinds: dict[int, tuple[np.random.Generator, dict]] = {}  # kind → (generator, its state to set)
 
     def __call__(self, *key: int) -> np.random.Generator:
         """The generator of one stream at its first draw: the same draws as `stream(seed, *key)`.
@@ -100,16 +105,15 @@ class Streams:
         Returns:
           This object's generator for the key's kind, re-keyed.
         """
-        generator = self._generators.get(key[0])
-        if generator is None:
-            generator = self._generators[key[0]] = np.random.Generator(np.random.Philox(key=self._key))
-        generator.bit_generator.state = {"bit_generator": "Philox",
-                                         "state": {"counter": counter(*key), "key": self._key},
-                                         "buffer": _EMPTY_BUFFER, "buffer_pos": 4, "has_uint32": 0, "uinteger": 0}
+        if key[0] not in self._kinds:
+            # buffer_pos 4 and has_uint32 0: the next draw computes a fresh block, as a new generator's
+            self._kinds[key[0]] = (np.random.Generator(np.random.Philox(key=self._key)), {
+                "bit_generator": "Philox", "state": {"counter": np.zeros(4, dtype=np.uint64), "key": self._key},
+                "buffer": np.zeros(4, dtype=np.uint64), "buffer_pos": 4, "has_uint32": 0, "uinteger": 0})
+        generator, state = self._kinds[key[0]]
+        counter(*key, out=state["state"]["counter"])
+        generator.bit_generator.state = state  # copied into the generator
         return generator
-
-
-_EMPTY_BUFFER = np.zeros(4, dtype=np.uint64)  # buffer_pos 4: the next draw computes a fresh block
 
 
 @dataclasses.dataclass(frozen=True)

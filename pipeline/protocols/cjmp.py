@@ -324,13 +324,13 @@ def _rounded_sum(params: PvecParams, vectors: np.ndarray, rng: np.random.Generat
     fixed += random_bytes
     np.copyto(low, fixed, casting="unsafe")  # (T + U) mod 256: unsigned casts wrap
     np.equal(low, _BYTE - 1, out=tie)
-    ties = np.flatnonzero(tie)
+    ties = tie.reshape(-1).nonzero()[0]
     fixed >>= 8
     rounded = fixed.sum(axis=1, dtype=np.int64)
     if ties.size:
-        remainder = scaled.flat[ties] - np.floor(scaled.flat[ties])
-        wins = rng.random(ties.size) >= 1.0 - remainder
-        rounded += np.bincount(ties // users, weights=wins, minlength=dim).astype(np.int64)
+        tied = scaled.reshape(-1)[ties]  # the chunk is C-contiguous: a view
+        wins = rng.random(ties.size) >= 1.0 - (tied - np.floor(tied))
+        rounded += np.bincount(ties[wins] // users, minlength=dim)
     return rounded
 
 
