@@ -11,7 +11,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import yaml
 
@@ -42,7 +42,7 @@ class PlannedRun:
     ledger: PrivacyLedger
 
 
-def _ledger(job: engine.RunJob, records: list[tuple[int, int, int, object]]) -> PrivacyLedger:
+def _ledger(job: engine.RunJob, records: Iterable[tuple[int, int, int, object]]) -> PrivacyLedger:
     """A ledger of (round, first user, stop user, protocol params) calls."""
     optimizer, schedule = job.optimizer, job.schedule
     ledger = PrivacyLedger(schedule.composition, optimizer.epsilon, optimizer.delta, schedule.slack,
@@ -327,23 +327,24 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
     from pipeline.tracking import FINISHED
 
     run, job = planned.config, planned.job
-    ledger = _ledger(job, [(r.plan.round, r.plan.first_user, r.plan.stop_user, r.params) for r in records])
+    columns = dict(zip(engine.RoundRecord._fields, zip(*records)))
+    ledger = _ledger(job, zip(columns["round"], columns["first_user"], columns["stop_user"], columns["params"]))
     if ledger.to_dict() != planned.ledger.to_dict():
         raise RuntimeError("the executed rounds differ from the planned ledger")
     spent = ledger.spent_series()
     rounds = pd.DataFrame({
         "run_id": run.run_id,
-        "round": [r.plan.round for r in records],
-        "users_in_round": [r.users for r in records],
-        "excess_loss": [r.excess_loss for r in records],
-        "population_loss": [r.population_loss for r in records],
+        "round": columns["round"],
+        "users_in_round": columns["users"],
+        "excess_loss": columns["excess_loss"],
+        "population_loss": columns["population_loss"],
         "epsilon_spent": [s[0] for s in spent],
         "delta_spent": [s[1] for s in spent],
-        "wall_s": pd.Series([r.seconds for r in records]).cumsum(),
+        "wall_s": pd.Series(columns["seconds"]).cumsum(),
     })
     measured = _measured_columns(job, records)
     for column in measured:
-        rounds[column] = [getattr(r, column) for r in records]
+        rounds[column] = columns[column]
     if not job.problem.exact_loss:  # a dataset's rounds are measured at job.evaluation_rounds only
         rounds = rounds[rounds["round"].isin(job.evaluation_rounds)].reset_index(drop=True)
     if _final_only(planned):  # the other iterates are secret: not one of them is logged

@@ -91,14 +91,21 @@ def loopback_cluster(tmp_path_factory, new_mlflow_store):
 def test_ray_job_submit_runs_a_grid_into_the_tracking_server(loopback_cluster):
     cluster = loopback_cluster
     out = cluster["root"] / "results"
-    submitted = subprocess.run(
-        [str(BIN / "ray"), "job", "submit", "--working-dir", str(ROOT), "--",
-         "python", "-m", "pipeline", "run", "experiments/quickstart.yaml", "--set", "n_users=20000",
-         "--set", "grid.privacy.accounting=[tight]", "--set", "grid.privacy.epsilon=[8]",
-         "--out", str(out),
-         "--set", f"tracking.mlflow_uri={cluster['mlflow']}"],
-        cwd=ROOT, env={**cluster["env"], "RAY_ADDRESS": cluster["dashboard"]},
-        capture_output=True, text=True, timeout=600)
+    # The head's job agent registers after the dashboard answers; Ray waits 10 s for it and then
+    # refuses the job ("No available agent to submit job, please try again later"): try again.
+    deadline = time.time() + 120
+    while True:
+        submitted = subprocess.run(
+            [str(BIN / "ray"), "job", "submit", "--working-dir", str(ROOT), "--",
+             "python", "-m", "pipeline", "run", "experiments/quickstart.yaml", "--set", "n_users=20000",
+             "--set", "grid.privacy.accounting=[tight]", "--set", "grid.privacy.epsilon=[8]",
+             "--out", str(out),
+             "--set", f"tracking.mlflow_uri={cluster['mlflow']}"],
+            cwd=ROOT, env={**cluster["env"], "RAY_ADDRESS": cluster["dashboard"]},
+            capture_output=True, text=True, timeout=600)
+        if "No available agent" not in submitted.stdout + submitted.stderr or time.time() > deadline:
+            break
+        time.sleep(2)
     assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
     assert "2 runs: 2 finished, 0 skipped, 0 failed" in submitted.stdout
 

@@ -270,7 +270,7 @@ def test_measured_metrics_equal_a_direct_computation_from_the_file(tmp_path):
         theta_star *= min(1.0, 2.0 / np.linalg.norm(theta_star))
     assert optimum == pytest.approx(_risk(theta_star, x, labels[users], 0.05), abs=1e-9)
     assert 0 <= gap <= 1e-8
-    measured = [r.plan.round for r in records if not math.isnan(r.excess_loss)]
+    measured = [r.round for r in records if not math.isnan(r.excess_loss)]
     assert measured == sorted(planned.job.evaluation_rounds) and measured[-1] == len(records) - 1
 
 

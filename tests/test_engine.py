@@ -314,3 +314,32 @@ def test_a_reused_stream_draws_what_a_new_generator_of_its_key_draws():
     for bad in [(ROUND_STREAM, 1, 2, 3), (ROUND_STREAM, -1), (2**32, 0), (ROUND_STREAM, 2**64)]:
         with pytest.raises(ValueError, match="stream key"):
             counter(*bad)
+
+def test_round_records_pickle_in_columns_and_come_back_the_same():
+    """A run's records travel from shard actors to the driver in columns (RoundRecords):
+    every field must come back equal, as the same Python types, NaNs and released models
+    included, and the rounds' shared parameters shared still."""
+    import math
+    import pickle
+
+    from pipeline.engine.rounds import RoundRecord, RoundRecords
+
+    params = object()  # a call's parameters: one object for many rounds
+    theta = np.array([0.25, -1.5, 3.0])
+    records = RoundRecords([
+        RoundRecord(0, 0, 7, params, 7, 0.1 + 0.2, 1 / 3, 1.5e-4),
+        RoundRecord(1, 7, 14, params, 7, math.nan, math.nan, 2e-4, theta, 0.5, 0.875, 1e-12),
+        RoundRecord(2**40, 2**62, 2**62 + 3, params, 3, 5e-324, -0.0, 0.0, None, math.inf),
+    ])
+    back = pickle.loads(pickle.dumps(records))
+    assert type(back) is RoundRecords and len(back) == len(records)
+    for before, after in zip(records, back):
+        for name, old, new in zip(RoundRecord._fields, before, after):
+            if isinstance(old, np.ndarray):
+                assert np.array_equal(old, new) and new.dtype == old.dtype, name
+            elif isinstance(old, float):
+                assert type(new) is float and (math.isnan(old) and math.isnan(new) or old.hex() == new.hex()), name
+            elif name != "params":
+                assert type(new) is type(old) and new == old, name
+    assert back[0].params is back[1].params is back[2].params
+    assert pickle.loads(pickle.dumps(RoundRecords())) == []

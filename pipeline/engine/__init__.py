@@ -6,7 +6,7 @@ import time
 from typing import Any
 
 from pipeline.engine.job import EXACT, LITERAL, SIMULATIONS, RunJob
-from pipeline.engine.rounds import RoundRecord
+from pipeline.engine.rounds import RoundRecord, RoundRecords
 
 BACKENDS = ("ray", "local")
 
@@ -47,7 +47,7 @@ def executor(backend: str):
     return LocalExecutor()
 
 
-def execute(job: RunJob, backend: str, shards: int) -> tuple[Any, list[RoundRecord]]:
+def execute(job: RunJob, backend: str, shards: int) -> tuple[Any, RoundRecords]:
     """Runs a job to completion.
 
     Args:
@@ -69,5 +69,5 @@ def execute(job: RunJob, backend: str, shards: int) -> tuple[Any, list[RoundReco
         pool.close()
 
 
-__all__ = ["BACKENDS", "EXACT", "LITERAL", "SIMULATIONS", "LocalExecutor", "RoundRecord", "RunJob",
+__all__ = ["BACKENDS", "EXACT", "LITERAL", "SIMULATIONS", "LocalExecutor", "RoundRecord", "RoundRecords", "RunJob",
            "execute", "executor"]

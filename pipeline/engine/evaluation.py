@@ -10,7 +10,6 @@ of the simulation, not releases of the protocol.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
+from pipeline.engine.rounds import RoundRecords
 
 OPTIMUM_TOLERANCE = 1e-12  # SLSQP's ftol; the achieved Frank–Wolfe gap is what is reported
 OPTIMUM_ITERATIONS = 1000
@@ -92,7 +93,7 @@ def empirical_optimum(problem, n_users: int, objective: Callable[[np.ndarray], n
         return loss, gap
 
 
-def measure(pool, records: list) -> list:
+def measure(pool, records: RoundRecords) -> RoundRecords:
     """Fills the measured rounds' metrics of a dataset run (the rest stay NaN).
 
     Args:
@@ -112,13 +113,13 @@ def measure(pool, records: list) -> list:
     thetas = np.stack([records[index].released for index in measured])
     train, heldout = pool.block_sums("metric_blocks", thetas)
     train, heldout = train.sum(axis=0), heldout.sum(axis=0)
-    out = list(records)
+    out = RoundRecords(records)
     for column, index in enumerate(measured):
         theta = thetas[column]
         risk = problem.risk(train[0, column] / n, theta)
         tested = problem.heldout_users
-        out[index] = dataclasses.replace(
-            records[index], released=None, excess_loss=risk - optimum, population_loss=risk,
+        out[index] = records[index]._replace(
+            released=None, excess_loss=risk - optimum, population_loss=risk,
             test_loss=heldout[0, column] / tested if tested else math.nan,
             test_accuracy=heldout[1, column] / tested if tested and problem.loss.classifier else math.nan,
             optimum_gap=gap)

@@ -11,7 +11,7 @@ import numpy as np
 from pipeline.engine import evaluation
 from pipeline.engine.job import EXACT, RunJob
 from pipeline.engine.layout import NOISE_STREAM, Streams
-from pipeline.engine.rounds import RoundRecord, execute_rounds
+from pipeline.engine.rounds import RoundRecords, execute_rounds
 from pipeline.protocols.base import RoundPlan
 
 Messages = tuple[np.ndarray, np.ndarray]
@@ -44,7 +44,7 @@ class ShardPool(abc.ABC):
         return None
 
     @abc.abstractmethod
-    def run_rounds(self, shard: int, state: Any, start: int, stop: int) -> tuple[Any, list[RoundRecord]]:
+    def run_rounds(self, shard: int, state: Any, start: int, stop: int) -> tuple[Any, RoundRecords]:
         """Shard.run_rounds on one shard."""
 
     @abc.abstractmethod
@@ -80,7 +80,7 @@ class ShardPool(abc.ABC):
         bits = np.concatenate([part[1] for part in shuffled])
         return protocol.count_messages(params, labels, bits)
 
-    def run(self) -> tuple[Any, list[RoundRecord]]:
+    def run(self) -> tuple[Any, RoundRecords]:
         """Runs every round of the job.
 
         Consecutive rounds whose users all live in one shard run there (exact
@@ -91,7 +91,7 @@ class ShardPool(abc.ABC):
         """
         schedule = self.job.schedule
         state = self.job.optimizer.start(self.job.seed)
-        records: list[RoundRecord] = []
+        records = RoundRecords()
         start = 0
         while start < schedule.rounds:
             owner = self.owner(schedule.plan(start)) if self.job.simulation == EXACT else None

@@ -10,7 +10,7 @@ import numpy as np
 from pipeline.engine.job import RunJob
 from pipeline.engine.layout import (DATA_STREAM, NOISE_STREAM, PERMUTE_STREAM, ROUND_STREAM, SCATTER_STREAM, Streams,
                                     sampled_users)
-from pipeline.engine.rounds import RoundRecord, execute_rounds
+from pipeline.engine.rounds import RoundRecords, execute_rounds
 from pipeline.problems.smoothed import MoreauSmoothed
 from pipeline.protocols.base import DATA, RoundPlan
 
@@ -162,7 +162,7 @@ class Shard:
         present = [part for part in partials if part is not None]
         return self.job.protocol.merge(present) if present else None
 
-    def run_rounds(self, state: Any, start: int, stop: int) -> tuple[Any, list[RoundRecord]]:
+    def run_rounds(self, state: Any, start: int, stop: int) -> tuple[Any, RoundRecords]:
         """Runs rounds whose users all live here, without a trip to the driver.
 
         Args:

@@ -277,7 +277,7 @@ def run_case(tree: dict, shards: int) -> dict:
     (run,) = expand(tree)
     planned = plan_run(run)
     _, records = engine.execute(planned.job, "local", shards)
-    rows = [[int(r.plan.round), int(r.users), _hex(r.excess_loss), _hex(r.population_loss)] for r in records]
+    rows = [[int(r.round), int(r.users), _hex(r.excess_loss), _hex(r.population_loss)] for r in records]
     ledger = planned.ledger.to_dict()
     hyper = planned.job.optimizer.hyperparameters()
     fingerprint = {
