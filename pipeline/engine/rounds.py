@@ -46,8 +46,9 @@ _NUMERIC = {"round": np.int64, "first_user": np.int64, "stop_user": np.int64, "u
 class RoundRecords(list):
     """Round records in order: a list of RoundRecord that pickles in columns, one array
     per numeric field. Records travel from a shard's carried rounds to the run, and from
-    the run to the driver (a 10⁸-user seq_sgd has 2·10⁶ rounds): as one object per
-    record that took 14 µs a record per trip, in columns a fraction of a µs."""
+    the run to the driver (a 10⁸-user seq_sgd has 2·10⁶ rounds): a pickle round trip of
+    records holding their RoundPlan took 14 µs a record, in columns 4 µs (most of it
+    rebuilding the tuples)."""
 
     def __reduce__(self):
         columns = zip(*self) if self else [()] * len(RoundRecord._fields)
