@@ -16,6 +16,7 @@ PERMUTE_STREAM = 3  # (PERMUTE_STREAM, round, shard): literal shuffle, stage 2
 SAMPLE_STREAM = 4  # (SAMPLE_STREAM, round[, block]): who of a sampled round's population answers
 NOISE_STREAM = 5  # (NOISE_STREAM, round): a central curator's noise, added to the merged total
 
+
 @functools.lru_cache(maxsize=64)
 def run_key(seed: int) -> np.ndarray:
     """The Philox key of a run: 128 bits of the run's SeedSequence (the one hash per run).
@@ -49,13 +50,13 @@ def counter(*key: int, out: np.ndarray | None = None) -> np.ndarray:
       ValueError: a key too long, or an index out of range.
     """
     words = np.zeros(4, dtype=np.uint64) if out is None else out
-    try:  # numpy refuses an index outside uint64 (OverflowError)
-        if not 1 <= len(key) <= 3 or not 0 <= key[0] < 1 << 32:
-            raise OverflowError
-        words[:] = (0, (len(key) << 32) + key[0], *key[1:], *(0,) * (3 - len(key)))
-    except OverflowError:
-        raise ValueError(f"stream key {key}: a kind in [0, 2³²) and at most two indices in [0, 2⁶⁴)") from None
-    return words
+    if 1 <= len(key) <= 3 and 0 <= key[0] < 1 << 32:
+        try:
+            words[:] = (0, (len(key) << 32) + key[0], *key[1:], *(0,) * (3 - len(key)))
+            return words
+        except OverflowError:  # numpy refuses an index outside uint64
+            pass
+    raise ValueError(f"stream key {key}: a kind in [0, 2³²) and at most two indices in [0, 2⁶⁴)")
 
 
 def stream(seed: int, *key: int) -> np.random.Generator:

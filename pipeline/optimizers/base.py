@@ -99,7 +99,7 @@ class Schedule:
             total += group.rounds
         object.__setattr__(self, "_starts", tuple(starts))
         object.__setattr__(self, "_total", total)
-        # Each group's share of its rounds' plans, read once (plan() runs for every round, twice).
+        # Each group's share of its rounds' plans, read once (plan() runs several times for every round).
         object.__setattr__(self, "_plan_fields", tuple({name: getattr(group, name) for name in _PLAN_FIELDS}
                                                        for group in self.groups))
 
