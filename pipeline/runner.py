@@ -35,11 +35,13 @@ HELDOUT_COLUMNS = ("test_loss", "test_accuracy")  # a dataset's, where it has he
 
 @dataclasses.dataclass(frozen=True)
 class PlannedRun:
-    """A validated run: its config, the job the engine runs, and its planned ledger."""
+    """A validated run: its config, the job the engine runs, its planned ledger and
+    its theoretical and reference rates (runs.parquet's rate columns)."""
 
     config: RunConfig
     job: engine.RunJob
     ledger: PrivacyLedger
+    rates: dict[str, float]
 
 
 def _ledger(job: engine.RunJob, records: Iterable[tuple[int, int, int, object]]) -> PrivacyLedger:
@@ -130,7 +132,11 @@ def plan_run(run: RunConfig) -> PlannedRun:
         raise ConfigError("privacy.delta", run["privacy.delta"],
                           f"the planned ledger spends (ε, δ) = ({epsilon:.4g}, {delta:.3g}), above the target "
                           f"({run['privacy.epsilon']:g}, {run['privacy.delta']:g}); {advice}")
-    return PlannedRun(run, job, ledger)
+    try:  # the rates are recorded with the run: a combination whose rate cannot be planned is refused now
+        rates = theory_rates(run, job)
+    except PlanError as error:
+        raise ConfigError(error.field, run[error.field], f"the theoretical rate: {error}") from None
+    return PlannedRun(run, job, ledger, rates)
 
 
 def memory_bytes() -> int | None:
@@ -234,12 +240,12 @@ def _final_only(planned: PlannedRun) -> bool:
     return wanted == "final" or (wanted is None and planned.job.optimizer.final_iterate_only)
 
 
-def theory_rates(planned: PlannedRun) -> dict[str, float]:
+def theory_rates(run: RunConfig, job: engine.RunJob) -> dict[str, float]:
     """The run's theoretical rate and the reference rates at its (n, d, ε, δ)."""
-    run, problem = planned.config, planned.job.problem.unsmoothed
+    problem = job.problem.unsmoothed
     n, epsilon = run["n_users"], run["privacy.epsilon"]
     return {
-        "theory_rate": planned.job.optimizer.theory_rate(),
+        "theory_rate": job.optimizer.theory_rate(),
         "central_rate": theory.central_rate(problem, n, epsilon),
         "local_rate": theory.local_rate(problem, n, epsilon),
         "nonprivate_rate": theory.nonprivate_rate(problem, n),
@@ -352,7 +358,7 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
     _finite(rounds[["excess_loss", "population_loss", *measured]], "round metrics")
     epsilon, delta = ledger.total()
     row = {**_row(planned, mlflow_run_id), "final_excess_loss": records[-1].excess_loss, "epsilon": epsilon,
-           "delta": delta, **theory_rates(planned), "status": FINISHED, "wall_s": wall_s,
+           "delta": delta, **planned.rates, "status": FINISHED, "wall_s": wall_s,
            **{f"final_{column}": getattr(records[-1], column) for column in measured}}
     files = {
         "ledger.json": json.dumps(ledger.to_dict(), indent=2).encode(),

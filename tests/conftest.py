@@ -54,8 +54,9 @@ def new_mlflow_store(_empty_mlflow_db):
 
 # Commands whose output some tests only read, and which depend on nothing else: the
 # experiment scripts' --quick runs (tests/test_accounting_figures.py, test_randomizer_figures.py:
-# ~25 s and ~50 s of one core), the benchmarks' smoke run (tests/test_bench_smoke.py, ~20 s) and
-# a grid interrupted by Ctrl-C, then resumed (tests/interrupted_grid.py for test_grid.py, ~18 s).
+# ~25 s and ~50 s of one core), the benchmarks' smoke run (tests/test_bench_smoke.py, ~20 s), the
+# golden runs in their numeric environment (tests/golden/make_golden.py --check for test_golden.py,
+# ~35 s) and a grid interrupted by Ctrl-C, then resumed (tests/interrupted_grid.py for test_grid.py, ~18 s).
 # When those tests are selected, the commands run in child processes, one after the other, from
 # the start of the test run: on a 2-core machine they use the core the single-threaded tests
 # before them leave idle. Each test waits for its command. "{out}" is the command's own folder.
@@ -66,6 +67,7 @@ BACKGROUND = {  # the test module that reads it → (name, arguments of python)
     "test_randomizer_figures.py": ("randomizer_figures",
                                    ["experiments/randomizer_figures.py", "--quick", "--out", "{out}"]),
     "test_bench_smoke.py": ("bench_smoke", ["-m", "bench", "--smoke"]),
+    "test_golden.py": ("golden", ["tests/golden/make_golden.py", "--check", "{out}"]),
     "test_grid.py": ("interrupted_grid", ["tests/interrupted_grid.py", "{out}"]),
 }
 

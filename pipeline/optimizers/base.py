@@ -133,12 +133,13 @@ def with_dropouts(schedule: Schedule, honest_fraction: float) -> Schedule:
 
 
 def protocol_mean_mse(protocol, accounting: str, users: int, dim: int, epsilon: float, delta: float,
-                      norm_bound: float, folds: int = 1) -> float:
+                      norm_bound: float, folds: int = 1, inputs: str = GRADIENTS) -> float:
     """E‖estimated mean − mean‖² of one call of the run's protocol (calibrated parameters).
 
     Args:
       protocol: the run's protocol object, or None for P_vec planned by `accounting`.
       accounting, users, dim, epsilon, delta, norm_bound, folds: the call.
+      inputs: what the users send, GRADIENTS or DATA (the call is planned as the run plans it).
 
     Returns:
       The mean's squared error from the protocol alone.
@@ -147,7 +148,7 @@ def protocol_mean_mse(protocol, accounting: str, users: int, dim: int, epsilon: 
         from pipeline.protocols import DEFAULT_PROTOCOL, PROTOCOLS
 
         protocol = PROTOCOLS[DEFAULT_PROTOCOL["shuffle"]](accounting)
-    return protocol.mean_mse(users, dim, epsilon, delta, norm_bound, folds)
+    return protocol.mean_mse(users, dim, epsilon, delta, norm_bound, folds, inputs)
 
 
 def best_batch_size(n_users: int, bound: Callable[[int], float]) -> int:
@@ -203,7 +204,11 @@ class Optimizer(abc.ABC):
     Class attributes (declared capabilities, read by the runner's pairing rules):
       name: the short name (`optimizer.name`).
       options: its own options (config fields optimizer.<name>), passed to from_config.
-      overrides: which of OVERRIDES (optimizer.rounds, batch_size, step_size) it takes.
+      overrides: which of OVERRIDES (optimizer.rounds, batch_size, step_size) it takes:
+        exactly those its `from_config` reads (the runner refuses the others in one
+        config error line instead of ignoring them). Empty by default: a subclass
+        declares what it reads, e.g. `frozenset({"rounds", "step_size"})`, or inherits
+        the declaration of the optimizer whose `from_config` it passes them to.
       requires: protocol capabilities it needs (see pipeline.protocols.base.CAPABILITIES).
       privacy_models: the privacy models it runs under (None: any).
       samples_users: its rounds sample users afresh (needs a protocol that accounts sampling).
@@ -213,7 +218,7 @@ class Optimizer(abc.ABC):
 
     name: ClassVar[str]
     options: ClassVar[tuple[Option, ...]] = ()
-    overrides: ClassVar[frozenset[str]] = frozenset(OVERRIDES)
+    overrides: ClassVar[frozenset[str]] = frozenset()  # none unless declared: an override read by nobody is refused
     requires: ClassVar[frozenset[str]] = frozenset()
     privacy_models: ClassVar[tuple[str, ...]] = PRIVACY_MODELS
     samples_users: ClassVar[bool] = False

@@ -33,7 +33,7 @@ class MeanEstimation(Optimizer):
     accounting: str = "paper"
     protocol: object = None
     name: ClassVar[str] = "mean_estimation"
-    overrides: ClassVar[frozenset] = frozenset()
+    overrides: ClassVar[frozenset] = frozenset()  # one round over all users, no step
     sends: ClassVar[str] = DATA
 
     @classmethod
@@ -67,7 +67,7 @@ class MeanEstimation(Optimizer):
 
     def theory_rate(self) -> float:
         mse = protocol_mean_mse(self.protocol, self.accounting, self.n_users, self.problem.dim, self.epsilon,
-                                self.delta, self.problem.data_norm_bound)
+                                self.delta, self.problem.data_norm_bound, inputs=DATA)  # the call the run plans
         return theory.mean_estimation_rate(self.problem, self.n_users, mse * self.n_users**2)
 
     def hyperparameters(self) -> dict[str, float | int]:

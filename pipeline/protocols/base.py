@@ -294,9 +294,10 @@ class Protocol(abc.ABC):
         return statistic.users
 
     def mean_mse(self, users: int, dim: int, epsilon: float, delta: float, norm_bound: float,
-                 folds: int = 1) -> float:
-        """E‖estimated mean − mean‖² of one unsampled call of `users` users (calibrated parameters)."""
-        plan = RoundPlan(0, 0, users, epsilon, delta, norm_bound, GRADIENTS, folds)
+                 folds: int = 1, inputs: str = GRADIENTS) -> float:
+        """E‖estimated mean − mean‖² of one unsampled call of `users` users (calibrated parameters);
+        `inputs` is what the users send (GRADIENTS, or DATA: some protocols encode data only)."""
+        plan = RoundPlan(0, 0, users, epsilon, delta, norm_bound, inputs, folds)
         return self.sum_mse(self.plan(plan, dim)) / users**2
 
     def workspace(self, users: int, dim: int) -> Any:

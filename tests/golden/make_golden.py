@@ -71,20 +71,30 @@ Gaussian calibrations cost 0.5–2 s of CPU per distinct round size, and are cac
 """
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import math
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-from pipeline import engine
-from pipeline.config import expand
-from pipeline.runner import plan_run
-
 GOLDEN_PATH = Path(__file__).with_name("golden_runs.json")
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: fingerprints read back from what `pipeline run` wrote (1: engine records)
+# The numeric environment the golden runs are pinned and checked in (README, "Reproducibility").
+# Float results depend on the CPU through two dispatches: OpenBLAS picks its kernel per CPU (ddot's
+# FMA chain, in θ·θ and the losses), numpy its SIMD loops (exp, log, reductions). Fixing both to
+# x86-64-v3, which every machine of this kind has, makes the runs' last bits the same on any of them.
+NUMERIC_ENV = {
+    "OPENBLAS_CORETYPE": "Haswell",  # OpenBLAS's AVX2 + FMA kernels, whatever kernel this CPU would get
+    "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",  # numpy's AVX2 loops, never its AVX-512 ones
+    "OPENBLAS_NUM_THREADS": "1",  # a threaded BLAS call splits its sums by the number of cores
+}
+# The CPU features NUMERIC_ENV needs (numpy's names): without them the pinned kernels cannot run.
+NEEDED_CPU_FEATURES = ("AVX2", "FMA3")
 # Runs with more rounds than this store a sha256 of their rounds plus the first and last few.
 INLINE_ROUNDS = 40
 EDGE_ROUNDS = 3
@@ -137,12 +147,13 @@ def _case_id(tree: dict, suffix: str = "") -> str:
 
 
 def _both_modes(optimizer: str, protocols: tuple[str, ...], problems: tuple[str, ...], suffix: str = "",
-                shards_check: tuple[str, ...] = (), **kwargs) -> list[dict]:
-    """Cases for each protocol in both accounting modes; problems rotate over the protocols."""
+                shards_check: tuple[str, ...] = (), modes: tuple[str, ...] = ("paper", "tight"),
+                **kwargs) -> list[dict]:
+    """Cases for each protocol in both accounting modes (or `modes`); problems rotate over the protocols."""
     cases = []
     for index, protocol in enumerate(protocols):
         problem = problems[index % len(problems)]
-        for accounting in ("paper", "tight"):
+        for accounting in modes:
             tree = _tree(optimizer, protocol, accounting, problem, **kwargs)
             cases.append({"id": _case_id(tree, suffix), "tree": tree,
                           "shards_check": protocol in shards_check and accounting == "tight"})
@@ -210,6 +221,14 @@ def golden_cases() -> list[dict]:
                      optimizer_extra={"parameters": "calibrated", "rounds": 5}),
         *_both_modes("seq_sgd", ("none",), ("elastic",), suffix="batch=50,step=0.1",
                      optimizer_extra={"batch_size": 50, "step_size": 0.1}, **seq),
+        # The other (optimizer, seed 001 randomizer) pairs, in paper mode, at sizes whose calibrations
+        # the cases above already paid: every pair a config can run is run here once.
+        *_both_modes("mean_estimation", ("girgis_l1", "girgis_linf"), ("quadratic", "elastic"), n=SHARED_BATCH,
+                     modes=("paper",)),
+        *_both_modes("seq_phased", ("girgis_l1", "girgis_l2"), ("elastic",), modes=("paper",), **seq),
+        *_both_modes("full_phased", ("girgis_l1", "girgis_linf"), ("elastic", "quadratic"), n=300, modes=("paper",)),
+        *_both_modes("cldp_sgd", ("girgis_l1", "girgis_l2"), ("logistic", "absolute"), modes=("paper",)),
+        *_both_modes("dss_sgd", ("girgis_linf", "girgis_l2"), ("quadratic", "elastic"), modes=("paper",)),
     ]
     # Paper mode only (tight-mode calibrated searches over B cost seconds each): calibrated P_vec
     # parameters make B = n here, the central Gaussian's B = 15.
@@ -262,28 +281,68 @@ def _numbers(data, path: str = "") -> list[list[str]]:
     return []
 
 
-def run_case(tree: dict, shards: int) -> dict:
-    """Plans and executes one config through the public entry points and returns its fingerprint.
+def _parse_param(text: str):
+    """A resolved hyperparameter back from its MLflow param text (int, float, else the text)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
+def run_case(tree: dict, shards: int, folder: Path, mlflow_uri: str) -> dict:
+    """Runs one config through `python -m pipeline run` and fingerprints what it wrote.
+
+    The fingerprint is read back from the run's public outputs: rounds.parquet
+    (every round the run may log), runs.parquet, the run folder's ledger.json,
+    and the MLflow run's resolved hyperparameters (params resolved.*).
 
     Args:
       tree: the nested config (one run).
       shards: the local engine's shard count.
+      folder: a new folder for the config and its results.
+      mlflow_uri: the MLflow store the run records in.
 
     Returns:
-      {rounds, users, excess_loss, population_loss (hex lists or sha256 + edges),
-      final_excess_loss, ledger_sha256, ledger_numbers_sha256, ledger_totals,
-      hyperparameters, hyperparameters_sha256}.
+      {n_rounds, users_per_round, rounds (or rounds_first, rounds_last),
+      rounds_sha256, final_excess_loss, ledger_sha256, ledger_numbers_sha256,
+      ledger_totals, hyperparameters, hyperparameters_sha256}.
+
+    Raises:
+      RuntimeError: the command did not exit 0 (its output in the message).
     """
-    (run,) = expand(tree)
-    planned = plan_run(run)
-    _, records = engine.execute(planned.job, "local", shards)
-    rows = [[int(r.round), int(r.users), _hex(r.excess_loss), _hex(r.population_loss)] for r in records]
-    ledger = planned.ledger.to_dict()
-    hyper = planned.job.optimizer.hyperparameters()
+    import contextlib
+    import io
+
+    import pandas as pd
+    import yaml
+    from mlflow.tracking import MlflowClient
+
+    from pipeline import cli
+
+    folder.mkdir(parents=True)
+    config = {**tree, "execution": {**tree["execution"], "shards": shards},
+              "tracking": {"mlflow_uri": mlflow_uri, "out": str(folder / "results")}}
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        status = cli.main(["run", str(folder / "config.yaml")])
+    if status != 0:
+        raise RuntimeError(f"pipeline run exited {status}:\n{printed.getvalue()[-3000:]}")
+    results = folder / "results"
+    (row,) = pd.read_parquet(results / "runs.parquet").to_dict("records")
+    rounds = pd.read_parquet(results / "rounds.parquet")
+    rows = [[int(r.round), int(r.users_in_round), _hex(r.excess_loss), _hex(r.population_loss)]
+            for r in rounds.itertuples()]
+    ledger = json.loads((results / "runs" / row["run_id"] / "ledger.json").read_text())
+    params = MlflowClient(tracking_uri=mlflow_uri).get_run(row["mlflow_run_id"]).data.params
+    hyper = {key.removeprefix("resolved."): _parse_param(value) for key, value in params.items()
+             if key.startswith("resolved.")}
     fingerprint = {
         "n_rounds": len(rows),
         "rounds_sha256": _sha256(rows),
-        "final_excess_loss": _hex(records[-1].excess_loss),
+        "final_excess_loss": _hex(row["final_excess_loss"]),
         "ledger_sha256": _sha256(ledger),
         "ledger_numbers_sha256": _sha256(_numbers(ledger)),
         "ledger_totals": {mode: {key: (_hex(value) if isinstance(value, float) else value)
@@ -331,27 +390,85 @@ def _source_commit(folder: Path) -> str | None:
         return None
 
 
+def enter_numeric_env() -> None:
+    """Re-executes this script in NUMERIC_ENV unless it already runs there, then checks that
+    the environment took effect (both settings are read once, when numpy loads).
+
+    Raises:
+      RuntimeError: this CPU lacks a feature NUMERIC_ENV needs, or OpenBLAS or numpy did
+        not take the setting (another BLAS, another numpy build).
+    """
+    if any(os.environ.get(key) != value for key, value in NUMERIC_ENV.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **NUMERIC_ENV})
+    import numpy as np
+    import threadpoolctl
+
+    features = np._core._multiarray_umath.__cpu_features__
+    missing = [name for name in NEEDED_CPU_FEATURES if not features.get(name)]
+    if missing:
+        raise RuntimeError(f"the golden runs are pinned on x86-64-v3 kernels; this CPU lacks {', '.join(missing)}")
+    if features.get("X86_V4"):
+        raise RuntimeError("numpy's AVX-512 loops are still on: NPY_DISABLE_CPU_FEATURES was not taken")
+    blas = [(info["internal_api"], info.get("architecture")) for info in threadpoolctl.threadpool_info()
+            if info["user_api"] == "blas"]
+    if blas != [("openblas", NUMERIC_ENV["OPENBLAS_CORETYPE"])]:
+        raise RuntimeError(f"the golden runs need numpy's OpenBLAS on its {NUMERIC_ENV['OPENBLAS_CORETYPE']} "
+                           f"kernel; this process has {blas}")
+
+
+def fingerprint_all(work: Path, say=lambda line: None) -> tuple[dict, dict, dict]:
+    """Runs every golden case (and the shard variant of those marked shards_check).
+
+    Args:
+      work: an empty folder for the configs, results and the MLflow store.
+      say: where a line per case goes.
+
+    Returns:
+      (fingerprints by id on 1 shard, fingerprints by id on SHARD_VARIANT shards,
+      errors by id: what a case's command printed when it did not exit 0).
+    """
+    mlflow_uri = f"sqlite:///{work / 'mlflow.db'}"
+    single, sharded, errors = {}, {}, {}
+    for index, case in enumerate(golden_cases()):
+        start = time.perf_counter()
+        try:
+            single[case["id"]] = run_case(case["tree"], 1, work / f"{index:03d}", mlflow_uri)
+            if case["shards_check"]:
+                sharded[case["id"]] = run_case(case["tree"], SHARD_VARIANT, work / f"{index:03d}-shards", mlflow_uri)
+        except RuntimeError as error:
+            errors[case["id"]] = str(error)
+        say(f"{time.perf_counter() - start:7.2f}s  {case['id']}")
+    return single, sharded, errors
+
+
+def check(out: Path) -> None:
+    """Fingerprints every golden case into OUT/fingerprints.json (tests/test_golden.py compares them)."""
+    enter_numeric_env()
+    single, sharded, errors = fingerprint_all(out / "work")
+    document = {"single": single, "sharded": sharded, "errors": errors, "numeric_env": NUMERIC_ENV}
+    (out / "fingerprints.json").write_text(json.dumps(document))
+
+
 def main() -> None:
     """Runs the golden set on the imported pipeline and writes golden_runs.json."""
+    enter_numeric_env()
     import pipeline
 
     print(f"pipeline from {pipeline.__file__}", file=sys.stderr)
-    entries = []
     began = time.perf_counter()
-    for case in golden_cases():
-        start = time.perf_counter()
-        fingerprint = run_case(case["tree"], 1)
-        if case["shards_check"]:
-            again = run_case(case["tree"], SHARD_VARIANT)
-            assert again == fingerprint, f"{case['id']}: {SHARD_VARIANT} shards differ from 1"
-        print(f"{time.perf_counter() - start:7.2f}s  {case['id']}  rounds={fingerprint['n_rounds']}", file=sys.stderr)
-        entries.append({**case, **fingerprint})
+    with tempfile.TemporaryDirectory() as work:
+        single, sharded, errors = fingerprint_all(Path(work), lambda line: print(line, file=sys.stderr))
+    assert not errors, errors
+    for case_id, fingerprint in sharded.items():
+        assert fingerprint == single[case_id], f"{case_id}: {SHARD_VARIANT} shards differ from 1"
+    entries = [{**case, **single[case["id"]]} for case in golden_cases()]
     print(f"{len(entries)} runs in {time.perf_counter() - began:.1f}s", file=sys.stderr)
     document = {
         "format_version": FORMAT_VERSION,
         "generated_by": "tests/golden/make_golden.py (see its docstring before regenerating)",
         "source_commit": _source_commit(Path(pipeline.__file__).parent),
         "shard_variant": SHARD_VARIANT,
+        "numeric_env": NUMERIC_ENV,
         "runs": entries,
     }
     GOLDEN_PATH.write_text(_dump(document))
@@ -359,4 +476,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description="Pin (default) or check the golden runs.")
+    parser.add_argument("--check", type=Path, metavar="OUT",
+                        help="write every case's fingerprint to OUT/fingerprints.json instead of pinning")
+    arguments = parser.parse_args()
+    check(arguments.check) if arguments.check else main()
