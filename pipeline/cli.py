@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +12,9 @@ from pipeline.errors import ConfigError
 
 EXIT_OK, EXIT_RUNS_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_TERMINATED = 143  # SIGTERM, 128 + 15, as a shell reports a process it killed
+# 128 + SIGPIPE, what a shell reports for a writer whose reader closed the pipe (`... | head -1`): not 1,
+# which says some runs failed. Python ignores SIGPIPE, so a write raises BrokenPipeError instead.
+EXIT_BROKEN_PIPE = 141
 # The most audit trials: two float64 arrays of N and N encoder runs per neighbour (the default is 20,000).
 MAX_TRIALS = 10**7
 
@@ -143,15 +147,26 @@ def main(argv: list[str] | None = None) -> int:
 
     Returns:
       0 on success, 1 if some runs failed, 2 on bad input (one line on stderr),
-      130 after Ctrl-C and 143 after SIGTERM (the runs in flight marked failed).
+      130 after Ctrl-C, 143 after SIGTERM (the runs in flight marked failed),
+      and 141 when the reader of the output went away (`... | head -1`).
     """
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(argv)  # --help: argparse itself ignores a failed write
     try:
-        commands = {"run": _run, "ledger": _ledger, "report": _report, "audit": _audit, "epsilon": calculator.run}
-        return commands[args.command](args)
-    except ConfigError as err:
-        print(err, file=sys.stderr)
-        return EXIT_BAD_INPUT
+        try:
+            commands = {"run": _run, "ledger": _ledger, "report": _report, "audit": _audit,
+                        "epsilon": calculator.run}
+            status = commands[args.command](args)
+        except ConfigError as err:
+            print(err, file=sys.stderr)
+            status = EXIT_BAD_INPUT
+        sys.stdout.flush()  # a closed pipe shows here, not as "Exception ignored" when Python exits
+        return status
+    except BrokenPipeError:
+        # Python's "Note on SIGPIPE": the output still buffered goes to devnull, so that the
+        # interpreter's last flush at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

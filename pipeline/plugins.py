@@ -6,7 +6,11 @@ Entry-point groups, one per kind:
   shuffle_sco.problems, shuffle_sco.protocols, shuffle_sco.optimizers
 
 Every class is checked against its contract (base class, abstract members
-implemented, declared attributes well-formed) before any work starts.
+implemented, declared attributes well-formed) before any work starts. A
+problem's constants (L, β, λ, D, ...) are values of an instance, computed from
+its dim, radius and options and for some from the run, so they are checked on
+the problem a run uses, where `for_run` returns it
+(pipeline.problems.base.check_constants), still before any work.
 """
 from __future__ import annotations
 
@@ -59,10 +63,15 @@ def _check_protocol(cls: type) -> None:
 
 
 def _check_optimizer(cls: type) -> None:
+    from pipeline.optimizers.base import OVERRIDES
     from pipeline.protocols.base import CAPABILITIES
 
     if not isinstance(getattr(cls, "name", None), str):
         raise PluginError(f"{cls.__qualname__} must set `name` (a string)")
+    # The runner passes, and refuses, overrides by this declaration: a name outside OVERRIDES is a typo.
+    if not (isinstance(cls.overrides, (set, frozenset)) and cls.overrides <= set(OVERRIDES)):
+        raise PluginError(f"{cls.__qualname__}.overrides = {cls.overrides!r} must be a frozenset of the "
+                          f"optimizer.<field>s its from_config reads, among {', '.join(OVERRIDES)}")
     if "from_config" not in {name for klass in cls.__mro__[:-1] for name in vars(klass)} or \
             getattr(cls.from_config, "__isabstractmethod__", False):
         raise PluginError(f"{cls.__qualname__} must define the classmethod from_config")

@@ -21,6 +21,7 @@ from pipeline.config import MAX_ROUNDS, PLUGIN_SECTIONS, ROUNDS_REASON, RunConfi
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.base import DATA, OVERRIDES
+from pipeline.problems.base import check_constants
 from pipeline.protocols import PROTOCOLS
 from pipeline.protocols.base import BINARY, REAL, PlanError
 
@@ -82,6 +83,7 @@ def plan_run(run: RunConfig) -> PlannedRun:
     problem = plugins.resolve("problem", run["problem.name"])(
         dim=run["problem.dim"], radius=run["problem.radius"], **_options(run, "problem"))
     problem = problem.for_run(run)
+    check_constants(problem, run["problem.name"])  # a plug-in's constant left out is one line, not a traceback
     protocol = plugins.resolve("protocol", run["privacy.protocol"])(run["privacy.accounting"],
                                                                     **_options(run, "privacy"))
     _check_pairing(run, cls, protocol, problem)
@@ -374,25 +376,43 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
     return row
 
 
-def fail_run(planned: PlannedRun, wall_s: float, mlflow_run_id: str, tracker: MlflowTracker,
-             store: ParquetStore) -> None:
-    """Marks a run failed in both sinks; a rerun redoes it.
+def error_line(error: BaseException) -> str:
+    """A run's error in one line: its type and the first line of its message (runs.parquet's `error`)."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
+
+def fail_run(planned: PlannedRun, wall_s: float, mlflow_run_id: str, tracker: MlflowTracker,
+             store: ParquetStore, error: BaseException) -> None:
+    """Marks a run failed in both sinks, keeping why; a rerun redoes it.
+
+    The whole traceback goes to the run's folder (OUT/runs/<run_id>/traceback.txt)
+    and to its MLflow run as an artifact; its one line to runs.parquet's `error`.
     Neither sink's own failure is raised (a full disk, an unreachable
     server): it would hide the run's error behind a second traceback. A run
     without a finished row is redone anyway, and a RUNNING MLflow run left
     behind is ended on the next start.
     """
+    import traceback
+
     import pandas as pd
 
     from pipeline.tracking import FAILED
 
+    run_id = planned.config.run_id
+    text = "".join(traceback.format_exception(error))
+    folder = None
+    try:
+        folder = store.stage(run_id, None, {"traceback.txt": text.encode()})
+    except Exception:
+        pass
     try:  # replaces a finished row written before the MLflow run could be ended
-        store.commit({**_row(planned, mlflow_run_id), "status": FAILED, "wall_s": wall_s}, pd.DataFrame())
+        store.commit({**_row(planned, mlflow_run_id), "status": FAILED, "wall_s": wall_s,
+                      "error": error_line(error)}, pd.DataFrame())
     except Exception:
         pass
     try:
-        tracker.fail(mlflow_run_id)
+        tracker.fail(mlflow_run_id, folder)
     except Exception:
         pass
 
@@ -412,8 +432,8 @@ def execute_run(planned: PlannedRun, tracker: MlflowTracker, store: ParquetStore
         run = planned.config
         _, records = engine.execute(planned.job, run["execution.backend"], run["execution.shards"])
         return record_run(planned, records, time.perf_counter() - began, mlflow_run_id, tracker, store)
-    except BaseException:
-        fail_run(planned, time.perf_counter() - began, mlflow_run_id, tracker, store)
+    except BaseException as error:
+        fail_run(planned, time.perf_counter() - began, mlflow_run_id, tracker, store, error)
         raise
 
 
@@ -522,6 +542,7 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
     if summary.skipped:
         say(f"{len(summary.skipped)} runs already finished, skipped")
     executor = engine.executor(first["execution.backend"])
+    say(engine.describe_backend(first["execution.backend"]))  # which Ray: a cluster only if RAY_ADDRESS names it
     started: dict[str, tuple[PlannedRun, str, float]] = {}
     began = time.perf_counter()
     queue = list(todo)
@@ -547,17 +568,17 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
                            f"excess loss {row['final_excess_loss']:.4g}"
                 except Exception as err:  # one failing run does not stop the grid
                     del started[run_id]
-                    fail_run(item, wall_s, mlflow_run_id, tracker, store)
+                    fail_run(item, wall_s, mlflow_run_id, tracker, store, err)
                     summary.failed.append((run_id, f"{type(err).__name__}: {err}"))
                     note = f"{run_id} FAILED: {type(err).__name__}: {err}"
                 completed = len(summary.finished) + len(summary.failed)
                 say(f"{_progress(completed, len(todo), len(summary.failed), time.perf_counter() - began)}  {note}")
                 if interrupted():  # a Ctrl-C or SIGTERM swallowed during the run stops the grid here
                     raise _interrupt(interrupted())
-    except BaseException:
+    except BaseException as stop:  # an interrupt (or the driver's own failure): the runs in flight stop with it
         executor.cancel()
         for item, mlflow_run_id, run_began in started.values():
-            fail_run(item, time.perf_counter() - run_began, mlflow_run_id, tracker, store)
+            fail_run(item, time.perf_counter() - run_began, mlflow_run_id, tracker, store, stop)
         raise
     return summary
 

@@ -20,8 +20,10 @@ def test_cluster_yaml_is_a_valid_ray_cluster_config():
     config = yaml.safe_load(_cluster_text())
     jsonschema.validate(config, SCHEMA)
     assert config["provider"]["type"] == "local"
-    # Every node installs this package, so actors import the driver's code.
-    assert any("pip install -e ~/shuffle-sco" in command for command in config["setup_commands"])
+    # Every node installs this package with the pinned numeric stack, so actors import the driver's code
+    # and draw the driver's streams (README, "Reproducibility").
+    assert any("pip install -c ~/shuffle-sco/constraints.txt -e ~/shuffle-sco" in command
+               for command in config["setup_commands"])
     assert config["file_mounts"] == {"~/shuffle-sco": "."}
 
 

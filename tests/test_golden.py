@@ -153,3 +153,14 @@ def test_golden_set_runs_every_optimizer_with_every_protocol_it_accepts():
             if accepted:
                 runnable.append((optimizer, protocol, accepted))
     assert not runnable, f"(optimizer, protocol, problems) that run but no golden case runs: {runnable}"
+
+
+def test_the_install_has_the_numeric_stack_constraints_txt_pins():
+    """The golden values hold for the versions constraints.txt pins (the README's installs read it):
+    an install without it fails here, naming the package, as well as in the golden runs."""
+    from importlib.metadata import version
+
+    lines = (_GOLDEN_DIR.parents[1] / "constraints.txt").read_text().splitlines()
+    pins = dict(line.split("==") for line in lines if "==" in line and not line.startswith("#"))
+    assert {"numpy", "scipy", "dp-accounting"} <= set(pins)
+    assert {name: version(name) for name in pins} == pins

@@ -8,10 +8,12 @@ import math
 
 import numpy as np
 import pytest
+import yaml
 
-from pipeline import engine
+from pipeline import cli, config, engine, runner
 from pipeline.errors import ConfigError
-from pipeline.optimizers import FullGDSmoothed, FullPhased, SeqAGD, SeqAGDSmoothed, SeqPhased, SeqSGD
+from pipeline.optimizers import OPTIMIZERS, FullGDSmoothed, FullPhased, SeqAGD, SeqAGDSmoothed, SeqPhased, SeqSGD
+from pipeline.optimizers.base import OVERRIDES
 from pipeline.optimizers.phased import phase_count
 from pipeline.problems import Absolute, Quadratic
 from pipeline.problems.smoothed import MoreauSmoothed
@@ -228,3 +230,79 @@ def test_full_phased_without_noise_meets_smooth_gradient_descent_in_every_group(
         bound = (problem.excess_loss(start) + np.sum((start - problem.optimum) ** 2) / (2 * group.step_size)) / group.rounds
         assert problem.excess_loss(theta) <= bound
         start = theta
+
+
+# ---- optimizer.rounds, batch_size and step_size: declared exactly, refused otherwise ----
+
+# A combination each shipped optimizer plans with (problem, protocol, n, ε), d = 3, tight accounting.
+OVERRIDE_RUNS = {
+    "mean_estimation": ("quadratic", "central_gaussian", 1000, 1.0),
+    "seq_sgd": ("quadratic", "central_gaussian", 1000, 1.0),
+    "seq_agd": ("logistic", "central_gaussian", 1000, 1.0),
+    "seq_agd_smoothed": ("absolute", "central_gaussian", 1000, 1.0),
+    "seq_phased": ("elastic", "central_gaussian", 1000, 1.0),
+    "full_gd": ("quadratic", "central_gaussian", 500, 1.0),
+    "full_gd_smoothed": ("absolute", "central_gaussian", 500, 1.0),
+    "full_phased": ("elastic", "central_gaussian", 500, 1.0),
+    "pan_agd": ("logistic", "central_gaussian", 1000, 0.5),  # Lemma C.5 needs ε < 1
+    "sgd": ("quadratic", "none", 1000, 1.0),
+    "dp_sgd": ("logistic", "central_gaussian", 1000, 1.0),
+    "cldp_sgd": ("quadratic", "central_gaussian", 1000, 1.0),
+    "dss_sgd": ("quadratic", "central_gaussian", 1000, 1.0),
+    "pnsgd": ("logistic", "central_gaussian", 500, 1.0),
+    "mirror_descent_l1": ("l1_least_squares", "central_gaussian", 1000, 1.0),
+    "frank_wolfe_l1": ("l1_least_squares", "report_noisy_max", 2000, 1.0),
+}
+DECLARED = [(name, key) for name, cls in OPTIMIZERS.items() for key in OVERRIDES if key in cls.overrides]
+UNDECLARED = [(name, key) for name, cls in OPTIMIZERS.items() for key in OVERRIDES if key not in cls.overrides]
+
+
+def _override_tree(name: str, **optimizer) -> dict:
+    """The config tree of an optimizer's combination in OVERRIDE_RUNS, with optimizer fields added."""
+    problem, protocol, n_users, epsilon = OVERRIDE_RUNS[name]
+    return {"n_users": n_users, "seeds": [0], "problem": {"name": problem, "dim": 3},
+            "optimizer": {"name": name, **optimizer}, "execution": {"backend": "local"},
+            "privacy": {"protocol": protocol, "accounting": "tight", "epsilon": epsilon, "delta": 1e-6}}
+
+
+def _resolved(name: str, **optimizer) -> dict:
+    """The resolved hyperparameters of an optimizer's combination, as planned."""
+    return runner.plan_run(config.expand(_override_tree(name, **optimizer))[0]).job.optimizer.hyperparameters()
+
+
+def _other_value(key: str, default):
+    """A valid value of an override other than the resolved default: half of it (fewer rounds or
+    users per round keep rounds × batch within n; η/2 keeps PNSGD's η ≤ 2/(β + ρ)), or 2 for 1."""
+    if key == "step_size":
+        return default / 2
+    return default // 2 if default >= 2 else 2
+
+
+def test_every_shipped_optimizer_has_a_run_for_the_override_checks():
+    """A new optimizer must get a combination here, so its declaration is checked too."""
+    assert set(OVERRIDE_RUNS) == set(OPTIMIZERS)
+
+
+@pytest.mark.parametrize("name,key", UNDECLARED, ids=[f"{name}-{key}" for name, key in UNDECLARED])
+def test_an_override_the_optimizer_does_not_read_is_one_config_error_line(tmp_path, capsys, name, key):
+    """optimizer.<key> set for an optimizer that does not declare it: refused in one line, exit 2,
+    nothing written (it was accepted and ignored while the base class declared all three)."""
+    tree = _override_tree(name, **{key: 0.01 if key == "step_size" else 2})
+    tree["tracking"] = {"mlflow_uri": f"sqlite:///{tmp_path}/m.db"}
+    path, out = tmp_path / "c.yaml", tmp_path / "out"
+    path.write_text(yaml.safe_dump(tree))
+    assert cli.main(["run", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"config error: optimizer.{key} = ") and err.count("\n") == 1, err
+    assert f"does not apply to optimizer {name}" in err, err
+    assert not out.exists() and not (tmp_path / "m.db").exists()
+
+
+@pytest.mark.parametrize("name,key", DECLARED, ids=[f"{name}-{key}" for name, key in DECLARED])
+def test_an_override_the_optimizer_declares_is_the_value_it_resolves(name, key):
+    """optimizer.<key> declared: the resolved hyperparameter is the value set, not the theorem's
+    (the declaration is read, not just accepted)."""
+    default = _resolved(name)[key]
+    value = _other_value(key, default)
+    assert value != default
+    assert _resolved(name, **{key: value})[key] == value

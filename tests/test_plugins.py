@@ -104,6 +104,111 @@ def test_a_plugin_that_does_not_satisfy_its_contract_is_refused_before_work(tmp_
     assert not out.exists() and not (tmp_path / "m.db").exists()
 
 
+# A problem plug-in whose constants each case below edits: {constants} is its class body's
+# constants, {for_run} an optional for_run of its own (one that does not call super()).
+CONSTANT_PLUGIN = '''
+import dataclasses
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from pipeline.problems.base import Problem, ball_projection
+
+
+@dataclasses.dataclass(frozen=True)
+class MyProblem(Problem):
+    dim: int
+    radius: float
+    name: ClassVar[str] = "my_problem"
+{constants}
+    data_norm_bound = 0.1
+
+    @property
+    def optimum(self):
+        return np.zeros(self.dim)
+
+    def sample(self, rng, count):
+        return rng.uniform(-0.05, 0.05, (self.dim, count))
+
+    def gradients(self, theta, data, out=None):
+        return np.subtract(theta[:, None], data, out=out)
+
+    def project(self, theta):
+        return ball_projection(theta, self.radius)
+
+    def population_loss(self, theta):
+        return 0.5 * float(theta @ theta)
+{for_run}
+'''
+VALID_CONSTANTS = {"lipschitz": "2.0", "smoothness": "1.0", "strong_convexity": "1.0", "diameter": "2.0"}
+OWN_FOR_RUN = '''
+    def for_run(self, run):
+        return dataclasses.replace(self, radius=self.radius)
+'''
+
+
+@pytest.mark.parametrize("changed,for_run,rule", [
+    ({"lipschitz": None}, "", "MyProblem does not define lipschitz (L, "),
+    ({"strong_convexity": None}, "", "MyProblem does not define strong_convexity"),
+    ({"diameter": None}, OWN_FOR_RUN, "MyProblem does not define diameter"),  # its for_run is checked too
+    ({"lipschitz": "-2.0"}, "", "MyProblem.lipschitz = -2.0 breaks the problem contract"),
+    ({"smoothness": "math.nan"}, "", "MyProblem.smoothness = nan breaks"),
+    ({"diameter": "math.inf"}, OWN_FOR_RUN, "MyProblem.diameter = inf breaks"),
+    ({"strong_convexity": "'1.0'"}, "", "strong_convexity = '1.0' breaks"),
+], ids=["no-lipschitz", "no-strong-convexity", "no-diameter-own-for-run", "negative-lipschitz", "nan-smoothness",
+        "infinite-diameter-own-for-run", "string-lambda"])
+def test_a_problem_plugin_without_a_declared_constant_is_one_config_error_line(tmp_path, capsys, changed,
+                                                                               for_run, rule):
+    """A constant the Problem contract declares, left out or outside its rule: one config error
+    line naming the plug-in, the member and the rule, exit 2, nothing written (not a traceback)."""
+    constants = {**VALID_CONSTANTS, **changed}
+    body = "\n".join(f"    {member} = {value}" for member, value in constants.items() if value is not None)
+    module = tmp_path / "myfile.py"
+    module.write_text(CONSTANT_PLUGIN.format(constants=body, for_run=for_run))
+    out = tmp_path / "out"
+    path = tmp_path / "c.yaml"
+    path.write_text(f'problem: {{name: "{module}:MyProblem", dim: 3, radius: 1.0}}\nn_users: 500\nseeds: [0]\n'
+                    "optimizer: {name: seq_sgd}\nprivacy: {protocol: central_gaussian, accounting: tight}\n"
+                    f"execution: {{backend: local}}\ntracking: {{mlflow_uri: 'sqlite:///{tmp_path}/m.db'}}\n")
+    assert cli.main(["run", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"config error: problem.name = '{module}:MyProblem': ") and err.count("\n") == 1, err
+    assert rule in err, err
+    assert not out.exists() and not (tmp_path / "m.db").exists()
+
+
+def test_the_constants_rule_holds_for_the_valid_plugin(tmp_path):
+    """The plug-in the cases above break plans as it is: the check refuses only what breaks a rule."""
+    body = "\n".join(f"    {member} = {value}" for member, value in VALID_CONSTANTS.items())
+    module = tmp_path / "myfile.py"
+    module.write_text(CONSTANT_PLUGIN.format(constants=body, for_run=OWN_FOR_RUN))
+    run = config.expand({"problem": {"name": f"{module}:MyProblem", "dim": 3}, "n_users": 500,
+                         "privacy": {"protocol": "central_gaussian", "accounting": "tight"}})[0]
+    assert runner.plan_run(run).job.problem.lipschitz == 2.0
+
+
+def test_an_optimizer_plugin_declaring_an_unknown_override_is_one_config_error_line(tmp_path, capsys):
+    """`overrides` names the optimizer.<field>s from_config reads: a name outside OVERRIDES
+    (here a typo) would never be passed nor refused, so the class is refused."""
+    module = tmp_path / "typo_sgd.py"
+    module.write_text(textwrap.dedent('''
+        from pipeline.optimizers.seq_sgd import SeqSGD
+
+        class TypoSGD(SeqSGD):
+            name = "typo_sgd"
+            overrides = frozenset({"round", "step_size"})
+    '''))
+    path, out = tmp_path / "c.yaml", tmp_path / "out"
+    path.write_text(f'optimizer: {{name: "{module}:TypoSGD"}}\nn_users: 500\nexecution: {{backend: local}}\n'
+                    f"tracking: {{mlflow_uri: 'sqlite:///{tmp_path}/m.db'}}\n")
+    assert cli.main(["run", str(path), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("config error: optimizer.name = ") and err.count("\n") == 1, err
+    assert "TypoSGD.overrides" in err and "among rounds, batch_size, step_size" in err, err
+    assert not out.exists()
+
+
 def test_an_event_no_accountant_supports_is_refused_at_planning(tmp_path):
     """A protocol whose event has no accountant: one config error naming the protocol, before any run."""
     module = tmp_path / "unaccounted.py"

@@ -74,3 +74,45 @@ def test_a_combination_without_a_rate_is_refused_before_any_work(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("config error: privacy.protocol = ") and "rate" in err[0], err
     assert not (tmp_path / "out").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+# A problem plug-in whose gradients fail at run time (after planning succeeded).
+FAILING_PLUGIN = '''
+import dataclasses
+from typing import ClassVar
+
+from pipeline.problems.quadratic import Quadratic
+
+
+@dataclasses.dataclass(frozen=True)
+class Failing(Quadratic):
+    name: ClassVar[str] = "failing"
+
+    def gradients(self, theta, data, out=None):
+        raise ArithmeticError("gradient exploded on purpose\\nsecond line")
+'''
+
+
+def test_a_failed_run_keeps_its_traceback_in_its_folder_mlflow_and_one_line_in_runs_parquet(
+        tmp_path, new_mlflow_store, capsys):
+    """A run that raises is marked failed with why: the whole traceback in OUT/runs/<id>/traceback.txt
+    and as its MLflow artifact, its first line in runs.parquet's `error`."""
+    from mlflow.tracking import MlflowClient
+
+    (tmp_path / "failing.py").write_text(FAILING_PLUGIN)
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    tree = {**BINARY_MEAN, "problem": {"name": f"{tmp_path / 'failing.py'}:Failing", "dim": 3, "radius": 1.0},
+            "optimizer": {"name": "seq_sgd"}, "privacy": {"protocol": "cjmp_vec", "epsilon": 1.0, "delta": 1e-6},
+            "tracking": {"mlflow_uri": uri}}
+    config = _write(tmp_path, "failing.yaml", tree)
+    assert cli.main(["run", str(config), "--out", str(tmp_path / "out")]) == 1
+    assert "ArithmeticError: gradient exploded on purpose" in capsys.readouterr().out
+    (row,) = pd.read_parquet(tmp_path / "out" / "runs.parquet").to_dict("records")
+    assert row["status"] == "failed" and row["error"] == "ArithmeticError: gradient exploded on purpose"
+    kept = (tmp_path / "out" / "runs" / row["run_id"] / "traceback.txt").read_text()
+    assert kept.startswith("Traceback (most recent call last):") and "in gradients" in kept
+    assert kept.rstrip().endswith("second line")
+    client = MlflowClient(tracking_uri=uri)
+    assert client.get_run(row["mlflow_run_id"]).info.status == "FAILED"
+    logged = Path(client.download_artifacts(row["mlflow_run_id"], "traceback.txt", str(tmp_path))).read_text()
+    assert logged == kept

@@ -45,6 +45,8 @@ class MomentumSGD(SeqSGD):
 
     momentum: float = 0.9
     name: ClassVar[str] = "momentum_sgd"
+    # The optimizer.<field>s from_config reads (it passes them on to seq_sgd's); any other is refused.
+    overrides: ClassVar[frozenset] = frozenset({"rounds", "batch_size", "step_size"})
     options: ClassVar[tuple] = (Option("momentum", real(0.0, 1.0, False, True), "μ, the heavy-ball momentum", 0.9),)
 
     @classmethod

@@ -47,6 +47,24 @@ def executor(backend: str):
     return LocalExecutor()
 
 
+def describe_backend(backend: str) -> str:
+    """One progress line saying where the runs execute: for "ray", which Ray
+    (a new local instance, or the cluster RAY_ADDRESS names) and its CPUs,
+    starting or joining it first if needed.
+
+    Args:
+      backend: "ray" or "local".
+
+    Returns:
+      The line, without a newline.
+    """
+    if backend == "ray":
+        from pipeline.engine.ray_pool import describe
+
+        return describe()
+    return "in process, one run at a time (execution.backend: local)"
+
+
 def execute(job: RunJob, backend: str, shards: int) -> tuple[Any, RoundRecords]:
     """Runs a job to completion.
 
@@ -70,4 +88,4 @@ def execute(job: RunJob, backend: str, shards: int) -> tuple[Any, RoundRecords]:
 
 
 __all__ = ["BACKENDS", "EXACT", "LITERAL", "SIMULATIONS", "LocalExecutor", "RoundRecord", "RoundRecords", "RunJob",
-           "execute", "executor"]
+           "describe_backend", "execute", "executor"]

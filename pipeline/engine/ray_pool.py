@@ -51,12 +51,45 @@ class _RayShard(Shard):
 ShardActor = ray.remote(max_restarts=3, max_task_retries=3)(_RayShard)
 
 
+# ray.init's address for a Ray instance of the run's own, whatever else runs on the machine.
+LOCAL = "local"
+# (address given to ray.init, GCS address reached) when ensure_ray started or joined Ray; else None.
+_joined: tuple[str, str] | None = None
+
+
+def ray_address() -> str:
+    """The Ray a run uses: the cluster that RAY_ADDRESS names (as `ray job submit`
+    sets it), else LOCAL, a new instance of the run's own.
+
+    Never None, which makes ray.init join any cluster that `ray start` left
+    running on the machine (another user's, or one without the run's code).
+    """
+    return os.environ.get("RAY_ADDRESS", "").strip() or LOCAL
+
+
 def ensure_ray() -> None:
-    """Connects to the cluster in RAY_ADDRESS (e.g. under `ray job submit`),
-    or starts a local Ray instance, once per process."""
+    """Starts or joins the Ray of ray_address(), once per process; a Ray the
+    process already has (a notebook's, the tests') is used as it is."""
+    global _joined
     if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False,
-                 logging_level=logging.ERROR, configure_logging=True)
+        address = ray_address()
+        ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR, configure_logging=True)
+        _joined = (address, ray.get_runtime_context().gcs_address)
+
+
+def describe() -> str:
+    """One line saying which Ray the runs use and its CPUs, e.g.
+    "Ray: a new local instance, 2 CPUs"; starts or joins it first if needed."""
+    ensure_ray()
+    cpus = int(ray.cluster_resources().get("CPU", 0))
+    address, gcs_address = _joined or (None, None)
+    if gcs_address is None or gcs_address != ray.get_runtime_context().gcs_address:
+        where = "the instance this process had already started or joined"
+    elif address == LOCAL:
+        where = "a new local instance (set RAY_ADDRESS to use a cluster)"
+    else:
+        where = f"the cluster at RAY_ADDRESS={address}"
+    return f"Ray: {where}, {cpus} CPU{'s' if cpus != 1 else ''}"
 
 
 # Set SHUFFLE_SCO_COMPILED=0 to run fanned-out rounds as plain actor calls (same results).

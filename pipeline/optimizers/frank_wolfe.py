@@ -107,6 +107,7 @@ class FrankWolfeL1(Optimizer):
     scale: float
     accounting: str = "paper"
     name: ClassVar[str] = "frank_wolfe_l1"
+    overrides: ClassVar[frozenset] = frozenset({"batch_size"})  # the tree sets the rounds and steps
     requires: ClassVar[frozenset] = frozenset({NOISY_MAX})
 
     @classmethod

@@ -116,6 +116,7 @@ class FullGDSmoothed(FullGD):
     """
 
     name: ClassVar[str] = "full_gd_smoothed"
+    overrides: ClassVar[frozenset] = frozenset({"rounds", "step_size"})  # passed on to full_gd's
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,

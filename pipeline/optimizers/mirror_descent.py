@@ -41,6 +41,7 @@ class MirrorDescentL1(SampledSGD):
     """
 
     name: ClassVar[str] = "mirror_descent_l1"
+    overrides: ClassVar[frozenset] = frozenset({"rounds", "batch_size"})  # its step is the theorem's
     requires: ClassVar[frozenset] = frozenset({GAUSSIAN_SUM})
 
     @classmethod

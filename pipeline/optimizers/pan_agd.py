@@ -36,6 +36,7 @@ class PanAGD(SeqAGD):
     """
 
     name: ClassVar[str] = "pan_agd"
+    overrides: ClassVar[frozenset] = frozenset({"rounds", "batch_size"})  # passed on to seq_agd's
     requires: ClassVar[frozenset] = frozenset({CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE})
 
     @classmethod

@@ -88,6 +88,7 @@ class _PhasedReduction(Optimizer):
     phases: tuple
     theorem: ClassVar[str]
     inner: ClassVar[tuple[type, type]]  # (for β-smooth losses, for non-smooth ones)
+    overrides: ClassVar[frozenset] = frozenset()  # each phase sets its own rounds, batch and step
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,

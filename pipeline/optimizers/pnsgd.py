@@ -44,6 +44,7 @@ class PNSGD(Optimizer):
     sigma: float
     accounting: str = "paper"
     name: ClassVar[str] = "pnsgd"
+    overrides: ClassVar[frozenset] = frozenset({"step_size"})  # one user per round, every user once
     requires: ClassVar[frozenset] = frozenset({CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE})
     final_iterate_only: ClassVar[bool] = True
 

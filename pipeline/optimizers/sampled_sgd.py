@@ -72,6 +72,7 @@ class SampledSGD(Optimizer):
     gradient_bound: float
     sampling: ClassVar[str] = "uniform"
     samples_users: ClassVar[bool] = True
+    overrides: ClassVar[frozenset] = frozenset({"rounds", "batch_size"})  # η_t = D/(G√t) is the lemma's
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
@@ -171,6 +172,7 @@ class DpSGD(AveragedProjectedDescent):
     step_size: float
     sampling: str = "poisson"
     name: ClassVar[str] = "dp_sgd"
+    overrides: ClassVar[frozenset] = frozenset({"rounds", "batch_size", "step_size"})
     requires: ClassVar[frozenset] = frozenset({CENTRAL_GAUSSIAN_NOISE})
     options: ClassVar[tuple] = (Option("sampling", choice(("poisson", "shuffled")),
                                        "Poisson batches (default), or one pass over disjoint shuffled batches"),)
@@ -221,6 +223,7 @@ class SGD(SeqSGD):
     given), averaged iterate, η = D/(L√T): the non-private baseline."""
 
     name: ClassVar[str] = "sgd"
+    overrides: ClassVar[frozenset] = frozenset({"rounds", "batch_size", "step_size"})
     privacy_models: ClassVar[tuple] = ("none",)
 
     @classmethod

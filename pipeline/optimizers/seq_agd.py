@@ -86,6 +86,7 @@ class SeqAGD(Optimizer):
     parameters: str = PAPER
     distance: float | None = None
     name: ClassVar[str] = "seq_agd"
+    overrides: ClassVar[frozenset] = frozenset({"rounds", "batch_size"})  # AC-SA's steps follow L_t
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
@@ -192,6 +193,7 @@ class SeqAGDSmoothed(SeqAGD):
     """
 
     name: ClassVar[str] = "seq_agd_smoothed"
+    overrides: ClassVar[frozenset] = frozenset({"rounds", "batch_size"})  # passed on to seq_agd's
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,

@@ -35,6 +35,7 @@ class SeqSGD(AveragedProjectedDescent):
     rounds: int
     step_size: float
     name: ClassVar[str] = "seq_sgd"
+    overrides: ClassVar[frozenset] = frozenset({"rounds", "batch_size", "step_size"})
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,

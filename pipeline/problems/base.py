@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import abc
+import dataclasses
 import math
-from typing import ClassVar
+import numbers
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
+from pipeline.errors import ConfigError, shown
 from pipeline.options import Option
 
 
@@ -14,6 +17,101 @@ def ball_projection(theta: np.ndarray, radius: float) -> np.ndarray:
     """The Euclidean projection onto {‖θ‖₂ ≤ radius}."""
     norm = math.sqrt(theta @ theta)  # np.linalg.norm's own formula for a vector, without its dispatch
     return theta if norm <= radius else theta * (radius / norm)
+
+
+@dataclasses.dataclass(frozen=True)
+class Constant:
+    """A constant the problem contract declares: what it is and the values it may take.
+
+    Attributes:
+      meaning: what it stands for, as an error line says it.
+      rule: the values it may take, as an error line says it.
+      holds: whether a value follows the rule.
+    """
+
+    meaning: str
+    rule: str
+    holds: Callable[[Any], bool]
+
+
+def _is_number(value: Any) -> bool:
+    """Whether a value is a real number (numpy's included), and not a bool: True is no constant."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _positive_integer(value: Any) -> bool:
+    """Whether a value is an integer ≥ 1 (numpy's included), and not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
+
+
+def _finite_positive(value: Any) -> bool:
+    """Whether a value is a finite number > 0."""
+    return _is_number(value) and math.isfinite(value) and value > 0
+
+
+def _finite_non_negative(value: Any) -> bool:
+    """Whether a value is a finite number ≥ 0."""
+    return _is_number(value) and math.isfinite(value) and value >= 0
+
+
+def _positive_or_infinite(value: Any) -> bool:
+    """Whether a value is a number > 0, inf included (NaN > 0 is False)."""
+    return _is_number(value) and value > 0
+
+
+# The constants every problem has (the class docstring's Attributes), each with its rule.
+# L and D are divided by (step sizes η = D/(L√T)) and protocols clip to L and the data
+# bound, so they must be finite and > 0; β may be inf (not smooth) but not 0 (η ≤ 1/β).
+CONSTANTS: dict[str, Constant] = {
+    "dim": Constant("d, the dimension of θ", "an integer ≥ 1", _positive_integer),
+    "lipschitz": Constant("L, the bound on ‖∇ℓ‖₂ that protocols clip to", "a finite number > 0", _finite_positive),
+    "smoothness": Constant("β, the smoothness", "a number > 0, inf if the loss is not smooth", _positive_or_infinite),
+    "strong_convexity": Constant("λ, the strong convexity", "a finite number ≥ 0 (0 if not strongly convex)",
+                                 _finite_non_negative),
+    "diameter": Constant("D, the diameter of Θ", "a finite number > 0", _finite_positive),
+    "data_norm_bound": Constant("the bound on ‖x‖₂ that protocols clip data to", "a finite number > 0",
+                                _finite_positive),
+}
+
+
+def constant_error(problem: "Problem", member: str) -> str | None:
+    """What is wrong with one declared constant of a problem.
+
+    Args:
+      problem: the problem a run uses.
+      member: a key of CONSTANTS.
+
+    Returns:
+      The rule it breaks, in words naming the class and the member; None if it holds.
+    """
+    constant, owner = CONSTANTS[member], type(problem).__qualname__
+    contract = "the problem contract (pipeline.problems.base.Problem)"
+    try:
+        value = getattr(problem, member)
+    except AttributeError as error:
+        if hasattr(type(problem), member):  # a property that fails is the plug-in's bug, not an omission
+            return (f"{owner}.{member} raises AttributeError ({error}); {contract} declares it "
+                    f"({constant.meaning}): {constant.rule}")
+        return f"{owner} does not define {member} ({constant.meaning}), which {contract} declares: {constant.rule}"
+    if constant.holds(value):
+        return None
+    return f"{owner}.{member} = {shown(value)} breaks {contract}: {constant.meaning} must be {constant.rule}"
+
+
+def check_constants(problem: "Problem", name: str) -> None:
+    """Refuses a problem whose declared constants break the contract's rules (CONSTANTS).
+
+    Args:
+      problem: the problem a run uses (what `for_run` returned).
+      name: the config's problem.name, which the error names.
+
+    Raises:
+      ConfigError: naming problem.name, the class, the member and its rule.
+    """
+    for member in CONSTANTS:
+        error = constant_error(problem, member)
+        if error is not None:
+            raise ConfigError("problem.name", name, error)
 
 
 class Problem(abc.ABC):
@@ -34,7 +132,10 @@ class Problem(abc.ABC):
     count (so any sharding gives the same users); `gradients` has ℓ2 norm at
     most `lipschitz` on Θ (protocols clip to that bound, so a wrong constant
     biases, it never leaks); `population_loss` and `optimum` are exact or
-    documented high-precision values (every excess loss is measured with them).
+    documented high-precision values (every excess loss is measured with them);
+    the constants below follow their rules (CONSTANTS) on the problem `for_run`
+    returns. The runner checks that before any work (`check_constants`), so a
+    constant left out, or outside its rule, is one config error naming it.
 
     Class attributes:
       name: the short name (`problem.name`).

@@ -1,7 +1,10 @@
 """MLflow: one run per (grid point, seed), params, batched metrics, artifacts."""
 from __future__ import annotations
 
+import glob
 import logging
+import os
+import secrets
 import time
 import urllib.error
 import urllib.request
@@ -32,6 +35,11 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 MODEL_TRAINING = "custom_model_development"
 # Kinds the UI guesses or leaves unset; a user's explicit choice is kept.
 _UNCHOSEN_KINDS = ("", "no_inferred_type", "genai_development_inferred", "custom_model_development_inferred")
+# A new SQLite store is built as `NAME.creating-RANDOM` beside it, then linked into place:
+# such a file left behind was a creation killed midway, never a store.
+PARTIAL_INFIX = ".creating-"
+# Seconds after which a partial store's creator is taken for dead (creation takes 2-4 s).
+STALE_PARTIAL_S = 600
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -47,6 +55,57 @@ def ui_command(uri: str) -> str:
     if database is not None:
         return f"mlflow ui --backend-store-uri sqlite:///{database}"
     return f"open {uri} in a browser" if urlparse(uri).scheme in ("http", "https") else f"mlflow ui --backend-store-uri {uri}"
+
+
+def _remove_stale_partials(database: Path) -> None:
+    """Deletes the partial stores (and their SQLite journals) that killed creations
+    of `database` left: those older than STALE_PARTIAL_S, and any already linked
+    into place (a kill between the link and the clean-up)."""
+    try:
+        partials = list(database.parent.glob(f"{glob.escape(database.name)}{PARTIAL_INFIX}*"))
+    except OSError:
+        return  # an unreadable folder: MLflow reports it on opening the store
+    for partial in partials:
+        try:
+            linked = database.exists() and os.path.samefile(partial, database)
+            if linked or time.time() - partial.lstat().st_mtime > STALE_PARTIAL_S:
+                partial.unlink()
+        except OSError:
+            pass  # gone meanwhile (another process cleaned it), or not ours to delete: debris only
+
+
+def create_sqlite_store(database: Path) -> None:
+    """Creates a new MLflow SQLite store at `database`, atomically: a killed
+    process leaves either no store or a whole one, never a half-migrated file
+    that every later open refuses ("table ... already exists").
+
+    MLflow creates the schema with Alembic migrations (2-4 s) that SQLite
+    commits one by one, so they are run on a partial file beside the target,
+    which is then hard-linked into place: a link never replaces a file, so a
+    store another process created meanwhile is kept (theirs is as new as ours).
+
+    Args:
+      database: the store's file; its folder exists.
+
+    Raises:
+      Exception: whatever MLflow or the file system raise (the caller reports it).
+    """
+    _remove_stale_partials(database)
+    partial = database.with_name(f"{database.name}{PARTIAL_INFIX}{secrets.token_hex(6)}")
+    try:
+        MlflowClient(tracking_uri=f"sqlite:///{partial}").search_experiments(max_results=1)  # migrates it
+        try:
+            os.link(partial, database)
+        except FileExistsError:
+            pass  # another process's store came first: keep it
+        except OSError:
+            # A file system without hard links: a rename, which replaces another process's
+            # store only if one appears in the instant between the check and the rename.
+            if not database.exists():
+                os.replace(partial, database)
+    finally:
+        for leftover in (partial, partial.with_name(partial.name + "-journal")):
+            leftover.unlink(missing_ok=True)
 
 
 def metric_steps(rounds: int) -> np.ndarray:
@@ -82,6 +141,10 @@ class MlflowTracker:
         try:
             if database is not None:
                 database.parent.mkdir(parents=True, exist_ok=True)
+                if database.exists():
+                    _remove_stale_partials(database)
+                else:
+                    create_sqlite_store(database)
             self.client = MlflowClient(tracking_uri=uri)
             found = self.client.get_experiment_by_name(experiment)
             if found is None:
@@ -214,6 +277,15 @@ class MlflowTracker:
         self.client.set_terminated(run.info.run_id, status="FINISHED")
         return run.info.run_id
 
-    def fail(self, mlflow_run_id: str) -> None:
-        """Ends a run as FAILED."""
-        self.client.set_terminated(mlflow_run_id, status="FAILED")
+    def fail(self, mlflow_run_id: str, artifacts: Path | None = None) -> None:
+        """Ends a run as FAILED, with the files of `artifacts` (its traceback) logged first.
+
+        Args:
+          mlflow_run_id: the MLflow run.
+          artifacts: a folder whose files become the run's artifacts, or None.
+        """
+        try:  # the status matters more than the artifact: set it even if the upload fails
+            if artifacts is not None:
+                self.client.log_artifacts(mlflow_run_id, str(artifacts))
+        finally:
+            self.client.set_terminated(mlflow_run_id, status="FAILED")

@@ -175,12 +175,13 @@ class ParquetStore:
         """The run_ids recorded as finished."""
         return set(self.finished_runs())
 
-    def stage(self, run_id: str, rounds: pd.DataFrame, files: dict[str, bytes]) -> Path:
+    def stage(self, run_id: str, rounds: pd.DataFrame | None, files: dict[str, bytes]) -> Path:
         """Writes a run's artifact folder OUT/runs/<run_id>/ whole or not at all.
 
         Args:
           run_id: the run.
-          rounds: the run's rounds, written as its own rounds.parquet.
+          rounds: the run's rounds, written as its own rounds.parquet (None: a
+            failed run, which has none).
           files: other artifacts, name → content.
 
         Returns:
@@ -194,7 +195,8 @@ class ParquetStore:
         try:
             for name, content in files.items():
                 (staging / name).write_bytes(content)
-            rounds.to_parquet(staging / "rounds.parquet", index=False)
+            if rounds is not None:
+                rounds.to_parquet(staging / "rounds.parquet", index=False)
             if folder.exists():
                 shutil.rmtree(folder)
             os.replace(staging, folder)
