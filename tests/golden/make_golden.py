@@ -1,16 +1,18 @@
 """Generates tests/golden/golden_runs.json: bit-exact results of a fixed set of runs.
 
-The golden file pins, for every optimizer with every protocol it accepts, in
-both accounting modes (plus a few variants), what the public entry points
-produce: the per-round records, the planned ledger and the resolved
-hyperparameters. tests/test_golden.py re-runs each config and demands
-bit-identical values, so refactors of the package (e.g. the plug-in
-contracts of shared/DESIGN.md §2) are proven not to change a single result.
+The golden file pins, for every optimizer with every protocol it accepts (in
+both accounting modes where time allows, plus a few variants), what
+``python -m pipeline run`` writes: the rounds of rounds.parquet, the run
+folder's ledger.json and the MLflow run's resolved hyperparameters
+(``resolved.*`` params). tests/test_golden.py re-runs each config and demands
+bit-identical values, so refactors of the package are proven not to change a
+single result. Only the public command is used (``pipeline.cli.main(["run",
+...])`` in this process, one results folder per case, one MLflow store), so
+every case also exercises recording, MLflow, Parquet and the rates.
 
-Only these entry points are used, because the internals are expected to change:
-``pipeline.config.expand(tree)`` → ``pipeline.runner.plan_run(run)`` →
-``pipeline.engine.execute(planned.job, "local", shards)``, plus
-``planned.ledger.to_dict()`` and ``planned.job.optimizer.hyperparameters()``.
+Every run happens in NUMERIC_ENV (the script re-executes itself there and
+checks that OpenBLAS and numpy took it): float results are then the same bits
+on any x86-64 CPU with AVX2 and FMA (README, "Reproducibility").
 
 When to regenerate: only in a commit that deliberately changes results
 (random streams, a formula, a calibration, a ledger field or its wording),
@@ -29,7 +31,9 @@ It prints where ``pipeline`` was imported from (check it is the frozen
 checkout, not the working tree) and each run's time, checks that the runs
 marked ``shards_check`` give the same fingerprint with 3 shards as with 1,
 and overwrites golden_runs.json next to this file, recording the source
-commit. Then run ``pytest tests/test_golden.py`` against the working tree.
+commit and NUMERIC_ENV. Then run ``pytest tests/test_golden.py`` against the
+working tree. ``--check OUT`` writes every case's fingerprint (and the shard
+variant's) to OUT/fingerprints.json instead: that is what the test runs.
 
 Combinations left out, with the reason the current code gives (n ≤ 5000, d = 3, ε = 1, δ = 1e-6):
 
@@ -58,8 +62,9 @@ Combinations left out, with the reason the current code gives (n ≤ 5000, d = 3
 Left out for time only (the test must stay under a minute on 2 cores; the Girgis and shuffle-
 Gaussian calibrations cost 0.5–2 s of CPU per distinct round size, and are cached by it):
 
-* Every optimizer that takes seed 001's randomizers runs with at least one of ``girgis_l1``,
-  ``girgis_linf``, ``girgis_l2`` in both modes, rotated so each variant meets several optimizers:
+* Every optimizer that takes seed 001's randomizers runs with each of them at least in paper
+  mode, and with at least one of ``girgis_l1``, ``girgis_linf``, ``girgis_l2`` in both modes,
+  rotated so each variant meets several optimizers:
   ``seq_sgd``, ``seq_agd`` and ``seq_agd_smoothed`` with all three, ``mean_estimation`` l2 (on
   26 users, seq_sgd's round), ``seq_phased`` linf, ``full_gd`` and ``full_gd_smoothed`` l1,
   ``full_phased`` l2, ``cldp_sgd`` linf, ``dss_sgd`` l1. ``seq_agd`` and ``seq_agd_smoothed`` run the costly protocols
@@ -480,4 +485,7 @@ if __name__ == "__main__":
     parser.add_argument("--check", type=Path, metavar="OUT",
                         help="write every case's fingerprint to OUT/fingerprints.json instead of pinning")
     arguments = parser.parse_args()
-    check(arguments.check) if arguments.check else main()
+    if arguments.check:
+        check(arguments.check)
+    else:
+        main()
