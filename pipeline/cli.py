@@ -5,7 +5,6 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
 from pipeline import calculator  # light: the heavy modules load in the command that needs them
 from pipeline.errors import ConfigError
@@ -39,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     audit.add_argument("--seeds", default="10", help="--lower-bound: runs, each on its own vertex (3 to 1000)")
     audit.add_argument("--instance", choices=("lb_convex", "lb_strongly_convex"),
                        help="--lower-bound: the hard instance (default: the one of the config's Table 1 row)")
+    migrate = commands.add_parser("migrate", help="convert a results folder of the layout before 0.2 "
+                                                  "(single-file runs.parquet) into the dataset layout")
+    migrate.add_argument("dir", help="the results folder")
     ledger = commands.add_parser("ledger", help="print the planned privacy ledger as JSON, without running")
     ledger.add_argument("config", help="the experiment YAML")
     ledger.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -48,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     from pipeline import config, runner
-    from pipeline.tracking import ui_command
+    from pipeline.tracking import experiment_address, ui_command
 
     overrides = list(args.overrides) + ([f"tracking.out={args.out}"] if args.out else [])
     runs = config.expand(config.read_config(args.config, overrides))
@@ -60,7 +62,6 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_TERMINATED if isinstance(stop, runner.Terminated) else EXIT_INTERRUPTED
     first = runs[0]
-    out = Path(first["tracking.out"]).resolve()
     print(f"\n{len(runs)} runs: {len(summary.finished)} finished, {len(summary.skipped)} skipped, "
           f"{len(summary.failed)} failed")
     if summary.finished:
@@ -69,9 +70,20 @@ def _run(args: argparse.Namespace) -> int:
     for run_id, error in summary.failed:
         print(f"  failed {run_id}: {error}")
     print(f"MLflow store: {first['tracking.mlflow_uri']} (experiment {first['experiment']!r})")
-    print(f"Parquet:      {out / 'runs.parquet'}\n              {out / 'rounds.parquet'}")
-    print(f"MLflow UI:    {ui_command(first['tracking.mlflow_uri'])}")
+    runs_table, rounds_table = summary.tables
+    print(f"Parquet:      {runs_table}\n              {rounds_table}\n"
+          f"              (pipeline.results.load({summary.folder!r}) reads both)")
+    print(f"MLflow UI:    {ui_command(first['tracking.mlflow_uri'])}, then "
+          f"{experiment_address(first['tracking.mlflow_uri'], summary.experiment_id)}")
     return EXIT_RUNS_FAILED if summary.failed else EXIT_OK
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from pipeline import results
+    from pipeline.tracking import migrate
+
+    print(migrate(args.dir, results.KINDS))
+    return EXIT_OK
 
 
 def _ledger(args: argparse.Namespace) -> int:
@@ -153,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)  # --help: argparse itself ignores a failed write
     try:
         try:
-            commands = {"run": _run, "ledger": _ledger, "report": _report, "audit": _audit,
+            commands = {"run": _run, "ledger": _ledger, "report": _report, "audit": _audit, "migrate": _migrate,
                         "epsilon": calculator.run}
             status = commands[args.command](args)
         except ConfigError as err:

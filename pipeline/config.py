@@ -12,6 +12,7 @@ import hashlib
 import itertools
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,10 +45,13 @@ class Field:
       parse: turns the raw value into the typed value, or raises ValueError
         with the rule as message.
       default: the value when absent (None: optional).
+      kind: the type of its values (int, float or str): its column's type in
+        every results file, null where unset, so the files share one schema.
     """
 
     parse: Callable[[Any], Any]
     default: Any = None
+    kind: type = str
 
 
 def _plugin(kind: str) -> Callable[[Any], str]:
@@ -120,25 +124,25 @@ def _with_reason(parse: Callable[[Any], Any], why: str) -> Callable[[Any], Any]:
 FIELDS: dict[str, Field] = {
     "experiment": Field(_experiment, "default"),
     "problem.name": Field(_plugin("problem"), "quadratic"),
-    "problem.dim": Field(_integer(1), 5),
-    "problem.radius": Field(_real(0.0, math.inf, True, True), 1.0),
-    "n_users": Field(_with_reason(_integer(1, MAX_USERS), "the largest run tested has 10⁸ users"), 10_000),
+    "problem.dim": Field(_integer(1), 5, kind=int),
+    "problem.radius": Field(_real(0.0, math.inf, True, True), 1.0, kind=float),
+    "n_users": Field(_with_reason(_integer(1, MAX_USERS), "the largest run tested has 10⁸ users"), 10_000, kind=int),
     "optimizer.name": Field(_plugin("optimizer"), "seq_sgd"),
-    "optimizer.rounds": Field(_with_reason(_integer(1, MAX_ROUNDS), ROUNDS_REASON)),
-    "optimizer.batch_size": Field(_integer(1)),
-    "optimizer.step_size": Field(_real(0.0, math.inf, True, True)),
+    "optimizer.rounds": Field(_with_reason(_integer(1, MAX_ROUNDS), ROUNDS_REASON), kind=int),
+    "optimizer.batch_size": Field(_integer(1), kind=int),
+    "optimizer.step_size": Field(_real(0.0, math.inf, True, True), kind=float),
     "optimizer.parameters": Field(_choice(PARAMETER_MODES), "paper"),
     "privacy.model": Field(_choice(PRIVACY_MODELS)),  # default: the protocol's model
     "privacy.protocol": Field(_plugin("protocol")),  # default: DEFAULT_PROTOCOL of the model
     # Robust mode: the fraction γ of each round's users who send (Corollary A.9's range).
-    "privacy.honest_fraction": Field(_real(1 / 3, 1.0, False, False, "seed 000, Corollary A.9")),
-    "privacy.epsilon": Field(_real(0.0, 15.0, True, False, "seed 000, Theorem 3.2 needs 0 < ε ≤ 15"), 1.0),
-    "privacy.delta": Field(_real(0.0, 0.5, True, True, "seed 000, Theorem 3.2 needs 0 < δ < 1/2"), 1e-6),
+    "privacy.honest_fraction": Field(_real(1 / 3, 1.0, False, False, "seed 000, Corollary A.9"), kind=float),
+    "privacy.epsilon": Field(_real(0.0, 15.0, True, False, "seed 000, Theorem 3.2 needs 0 < ε ≤ 15"), 1.0, kind=float),
+    "privacy.delta": Field(_real(0.0, 0.5, True, True, "seed 000, Theorem 3.2 needs 0 < δ < 1/2"), 1e-6, kind=float),
     "privacy.accounting": Field(_choice(ACCOUNTING_MODES), "paper"),
     "execution.backend": Field(_choice(BACKENDS), "ray"),
-    "execution.shards": Field(_integer(1, 4096), 4),
+    "execution.shards": Field(_integer(1, 4096), 4, kind=int),
     "execution.simulation": Field(_choice(SIMULATIONS), "exact"),
-    "execution.block_size": Field(_integer(1), 4096),
+    "execution.block_size": Field(_integer(1), 4096, kind=int),
     "tracking.mlflow_uri": Field(_mlflow_uri, "sqlite:///mlflow.db"),
     "tracking.out": Field(_folder),
     "tracking.round_metrics": Field(_choice(ROUND_METRICS)),  # default: all (final for pnsgd)
@@ -456,6 +460,9 @@ def expand(tree: dict[str, Any]) -> list[RunConfig]:
         elif field.default is not None:
             values[dotted] = field.default
     values.update({dotted: value for dotted, value in flat.items() if is_option(dotted)})
+    if "tracking.mlflow_uri" not in flat and os.environ.get("MLFLOW_TRACKING_URI"):  # MLflow's own variable
+        values["tracking.mlflow_uri"] = _parse_field("tracking.mlflow_uri", os.environ["MLFLOW_TRACKING_URI"],
+                                                     "tracking.mlflow_uri (from MLFLOW_TRACKING_URI)")
     values.setdefault("tracking.out", str(Path("results") / values["experiment"]))
     keys = list(grid)
     points = [_parse_options(_resolve_privacy({**values, **dict(zip(keys, point))}), keys)

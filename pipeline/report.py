@@ -59,25 +59,20 @@ def slope_interval(n_users: np.ndarray, losses: list[np.ndarray]) -> tuple[float
 
 
 def _read(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The folder's finished runs (each run's latest finished attempt) and their rounds (pipeline.results.load)."""
+    from pipeline import results
+
     try:
-        runs = pd.read_parquet(out / "runs.parquet")
-        rounds = pd.read_parquet(out / "rounds.parquet")
-    except (OSError, ValueError) as err:
-        raise ConfigError("DIR", str(out), f"is not a results folder with runs.parquet and rounds.parquet ({err})") from None
-    # Every row has these; a finished run's row has the rest.
-    needed = {"runs.parquet": (runs, ("run_id", "status")), "rounds.parquet": (rounds, ("run_id",))}
-    for name, (table, columns) in needed.items():  # another tool's table, or one cut down by hand
-        missing = [column for column in columns if column not in table.columns]
-        if missing:
-            raise ConfigError("DIR", str(out), f"{name} lacks the column(s) {', '.join(missing)}: it is not a "
-                              "results folder this pipeline wrote (rerun the config to rebuild it)")
-    runs = runs[runs["status"] == "finished"].copy()
+        runs, rounds = results.load(out)
+    except ConfigError as err:  # the loader names the file (its value) and the rule
+        raise ConfigError("DIR", str(out), f"{err.value}: {err.rule}" if str(err.value) != str(out) else err.rule) from None
+    runs = runs.copy()
     for column in THEORY_COLUMNS:  # folders written before the rates existed lack them
         if column not in runs:
             runs[column] = math.nan
     if runs.empty:
         raise ConfigError("DIR", str(out), "holds no finished runs")
-    return runs, rounds[rounds["run_id"].isin(runs["run_id"])]
+    return runs, rounds
 
 
 def tracking_of(out: str | Path) -> tuple[str, str]:

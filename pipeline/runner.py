@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import json
 import math
 import os
@@ -17,7 +18,7 @@ import yaml
 
 from pipeline import engine, plugins
 from pipeline.accounting.ledger import LedgerError, PrivacyLedger, UnsupportedEventError
-from pipeline.config import MAX_ROUNDS, PLUGIN_SECTIONS, ROUNDS_REASON, RunConfig
+from pipeline.config import FIELDS, MAX_ROUNDS, PLUGIN_SECTIONS, ROUNDS_REASON, RunConfig
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.base import DATA, OVERRIDES
@@ -136,8 +137,9 @@ def plan_run(run: RunConfig) -> PlannedRun:
                           f"({run['privacy.epsilon']:g}, {run['privacy.delta']:g}); {advice}")
     try:  # the rates are recorded with the run: a combination whose rate cannot be planned is refused now
         rates = theory_rates(run, job)
-    except PlanError as error:
-        raise ConfigError(error.field, run[error.field], f"the theoretical rate: {error}") from None
+    except ValueError as error:  # a PlanError names its field; a calibration that fails is the budget's
+        field = error.field if isinstance(error, PlanError) else "privacy.epsilon"
+        raise ConfigError(field, run[field], f"the theoretical rate: {error}") from None
     return PlannedRun(run, job, ledger, rates)
 
 
@@ -267,32 +269,50 @@ class GridSummary:
     finished: list[dict] = dataclasses.field(default_factory=list)
     skipped: list[str] = dataclasses.field(default_factory=list)
     failed: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    folder: str = ""  # the results folder: an absolute path or a URI
+    tables: tuple[str, ...] = ()  # where its runs and rounds tables are
+    experiment_id: str = ""  # the MLflow experiment
 
 
-def start_run(planned: PlannedRun, tracker: MlflowTracker) -> str:
+def _resolved(planned: PlannedRun) -> dict:
+    """The run's resolved hyperparameters (resolved.*) and its problem's constants (problem.*)."""
+    job = planned.job
+    return {**{f"resolved.{k}": v for k, v in job.optimizer.hyperparameters().items()},
+            **{f"problem.{k}": v for k, v in job.problem.constants().items()}}
+
+
+def start_run(planned: PlannedRun, tracker: MlflowTracker, folder: str) -> str:
     """Opens a run's MLflow run with its parameters, display name and tags.
 
     Args:
       planned: the run.
       tracker: the MLflow sink.
+      folder: the results folder (absolute path or URI) it is recorded in.
 
     Returns:
       The MLflow run id.
     """
-    run, job = planned.config, planned.job
-    hyper = {f"resolved.{k}": v for k, v in job.optimizer.hyperparameters().items()}
-    constants = {f"problem.{k}": v for k, v in job.problem.constants().items()}
+    run = planned.config
     tags = {"optimizer": run["optimizer.name"], "protocol": run["privacy.protocol"],
             "accounting": run["privacy.accounting"], "privacy_model": run["privacy.model"]}
     return tracker.start(run.run_id, run.display_name(),
-                         {**run.flat(), **hyper, **constants, "config_hash": run.config_hash},
-                         str(Path(run["tracking.out"]).resolve()),
+                         {**run.flat(), **_resolved(planned), "config_hash": run.config_hash}, folder,
                          {key: str(value) for key, value in tags.items() if value is not None})
 
 
-def _row(planned: PlannedRun, mlflow_run_id: str) -> dict:
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _row(planned: PlannedRun, mlflow_run_id: str, started_at: datetime.datetime) -> dict:
+    """The runs row's columns that every attempt has, finished or failed: every config
+    field (null where unset), the resolved hyperparameters, constants and provenance."""
+    from pipeline import results
+
     run = planned.config
-    return {"run_id": run.run_id, "mlflow_run_id": mlflow_run_id, "config_hash": run.config_hash, **run.flat()}
+    return {**dict.fromkeys(results.RUN_KINDS), "run_id": run.run_id, "mlflow_run_id": mlflow_run_id,
+            "config_hash": run.config_hash, **{field: run[field] for field in FIELDS}, **run.flat(),
+            **_resolved(planned), "started_at": started_at, "ended_at": _now(), **results.provenance()}
 
 
 def _measured_columns(job: engine.RunJob, records: list) -> tuple[str, ...]:
@@ -304,7 +324,7 @@ def _measured_columns(job: engine.RunJob, records: list) -> tuple[str, ...]:
     return tuple(column for column in (*HELDOUT_COLUMNS, "optimum_gap") if math.isfinite(getattr(final, column)))
 
 
-def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id: str,
+def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id: str, started_at: datetime.datetime,
                tracker: MlflowTracker, store: ParquetStore) -> dict:
     """Checks an executed run against its plan and records it in both sinks.
 
@@ -320,6 +340,7 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
       records: its round records, from the engine.
       wall_s: how long it ran.
       mlflow_run_id: its MLflow run.
+      started_at: when its MLflow run was started (UTC).
       tracker: the MLflow sink.
       store: the Parquet sink.
 
@@ -332,6 +353,7 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
     """
     import pandas as pd
 
+    from pipeline import results
     from pipeline.tracking import FINISHED
 
     run, job = planned.config, planned.job
@@ -342,6 +364,8 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
     spent = ledger.spent_series()
     rounds = pd.DataFrame({
         "run_id": run.run_id,
+        "mlflow_run_id": mlflow_run_id,
+        "experiment": run["experiment"],
         "round": columns["round"],
         "users_in_round": columns["users"],
         "excess_loss": columns["excess_loss"],
@@ -351,27 +375,28 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
         "wall_s": pd.Series(columns["seconds"]).cumsum(),
     })
     measured = _measured_columns(job, records)
-    for column in measured:
-        rounds[column] = columns[column]
+    for column in results.MEASURED:  # every file has every column: NaN where a run does not measure it
+        rounds[column] = columns[column] if column in measured else math.nan
     if not job.problem.exact_loss:  # a dataset's rounds are measured at job.evaluation_rounds only
         rounds = rounds[rounds["round"].isin(job.evaluation_rounds)].reset_index(drop=True)
     if _final_only(planned):  # the other iterates are secret: not one of them is logged
         rounds = rounds.tail(1).reset_index(drop=True)
     _finite(rounds[["excess_loss", "population_loss", *measured]], "round metrics")
     epsilon, delta = ledger.total()
-    row = {**_row(planned, mlflow_run_id), "final_excess_loss": records[-1].excess_loss, "epsilon": epsilon,
-           "delta": delta, **planned.rates, "status": FINISHED, "wall_s": wall_s,
+    row = {**_row(planned, mlflow_run_id, started_at), "final_excess_loss": records[-1].excess_loss,
+           "epsilon": epsilon, "delta": delta, **planned.rates, "status": FINISHED, "wall_s": wall_s,
            **{f"final_{column}": getattr(records[-1], column) for column in measured}}
     files = {
         "ledger.json": json.dumps(ledger.to_dict(), indent=2).encode(),
         "config.yaml": yaml.safe_dump(run.nested(), sort_keys=False).encode(),
     }
-    folder = store.stage(run.run_id, rounds, files)
+    store.stage(run.run_id, files)
     tracker.log_rounds(mlflow_run_id, rounds, METRIC_COLUMNS + tuple(c for c in HELDOUT_COLUMNS if c in measured))
     summary = {key: row[key] for key in ("final_excess_loss", "epsilon", "delta", "wall_s", *theory.THEORY_COLUMNS,
                                          *(f"final_{column}" for column in measured))}
-    tracker.finish(mlflow_run_id, summary, folder, None)  # still RUNNING: not done until the row is written
-    store.commit(row, rounds)  # this row marks the run done
+    # MLflow gets the run's rounds as an artifact too; the results folder holds them once, in its rounds table.
+    tracker.finish(mlflow_run_id, summary, files, rounds, None)  # still RUNNING: not done until the row is written
+    store.commit(row, rounds, results.KINDS)  # this row marks the run done
     tracker.end(mlflow_run_id, "FINISHED")
     return row
 
@@ -382,11 +407,11 @@ def error_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
-def fail_run(planned: PlannedRun, wall_s: float, mlflow_run_id: str, tracker: MlflowTracker,
-             store: ParquetStore, error: BaseException) -> None:
+def fail_run(planned: PlannedRun, wall_s: float, mlflow_run_id: str, started_at: datetime.datetime,
+             tracker: MlflowTracker, store: ParquetStore, error: BaseException) -> None:
     """Marks a run failed in both sinks, keeping why; a rerun redoes it.
 
-    The whole traceback goes to the run's folder (OUT/runs/<run_id>/traceback.txt)
+    The whole traceback goes to the run's folder (OUT/artifacts/<run_id>/traceback.txt)
     and to its MLflow run as an artifact; its one line to runs.parquet's `error`.
     Neither sink's own failure is raised (a full disk, an unreachable
     server): it would hide the run's error behind a second traceback. A run
@@ -397,22 +422,21 @@ def fail_run(planned: PlannedRun, wall_s: float, mlflow_run_id: str, tracker: Ml
 
     import pandas as pd
 
+    from pipeline import results
     from pipeline.tracking import FAILED
 
-    run_id = planned.config.run_id
-    text = "".join(traceback.format_exception(error))
-    folder = None
+    files = {"traceback.txt": "".join(traceback.format_exception(error)).encode()}
     try:
-        folder = store.stage(run_id, None, {"traceback.txt": text.encode()})
+        store.stage(planned.config.run_id, files)
     except Exception:
         pass
     try:  # replaces a finished row written before the MLflow run could be ended
-        store.commit({**_row(planned, mlflow_run_id), "status": FAILED, "wall_s": wall_s,
-                      "error": error_line(error)}, pd.DataFrame())
+        store.commit({**_row(planned, mlflow_run_id, started_at), "status": FAILED, "wall_s": wall_s,
+                      "error": error_line(error)}, pd.DataFrame(), results.KINDS)
     except Exception:
         pass
     try:
-        tracker.fail(mlflow_run_id, folder)
+        tracker.fail(mlflow_run_id, files)
     except Exception:
         pass
 
@@ -426,14 +450,14 @@ def execute_run(planned: PlannedRun, tracker: MlflowTracker, store: ParquetStore
     Raises:
       Whatever the run raised, after marking it failed in both sinks.
     """
-    began = time.perf_counter()
-    mlflow_run_id = start_run(planned, tracker)
+    began, started_at = time.perf_counter(), _now()
+    mlflow_run_id = start_run(planned, tracker, store.shown)
     try:
         run = planned.config
         _, records = engine.execute(planned.job, run["execution.backend"], run["execution.shards"])
-        return record_run(planned, records, time.perf_counter() - began, mlflow_run_id, tracker, store)
+        return record_run(planned, records, time.perf_counter() - began, mlflow_run_id, started_at, tracker, store)
     except BaseException as error:
-        fail_run(planned, time.perf_counter() - began, mlflow_run_id, tracker, store, error)
+        fail_run(planned, time.perf_counter() - began, mlflow_run_id, started_at, tracker, store, error)
         raise
 
 
@@ -508,7 +532,7 @@ def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridS
     from pipeline.tracking import ParquetStore
 
     store = ParquetStore(runs[0]["tracking.out"])
-    if store.lock_path.is_file():  # a folder another run may hold: refuse at once, before planning
+    if store.held_elsewhere():  # a folder another run may hold: refuse at once, before planning
         store.lock()
     try:
         return _run_grid(runs, store, say)
@@ -529,9 +553,9 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
     tracker = MlflowTracker(first["tracking.mlflow_uri"], first["experiment"])
     store.lock()  # creates the folder: the first write
     finished = store.finished_runs()  # under the lock: no other run writes it now
-    tracker.reconcile(str(store.out.resolve()), finished)  # MLflow runs a killed process left RUNNING
+    tracker.reconcile(store.shown, finished)  # MLflow runs a killed process left RUNNING
     done = set(finished)
-    summary = GridSummary()
+    summary = GridSummary(folder=store.shown, tables=store.table_addresses(), experiment_id=tracker.experiment_id)
     todo = []
     for item in planned:
         if item.config.run_id in done:
@@ -543,7 +567,7 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
         say(f"{len(summary.skipped)} runs already finished, skipped")
     executor = engine.executor(first["execution.backend"])
     say(engine.describe_backend(first["execution.backend"]))  # which Ray: a cluster only if RAY_ADDRESS names it
-    started: dict[str, tuple[PlannedRun, str, float]] = {}
+    started: dict[str, tuple[PlannedRun, str, float, datetime.datetime]] = {}
     began = time.perf_counter()
     queue = list(todo)
     try:
@@ -551,16 +575,17 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
             while queue or executor.in_flight():
                 while queue and executor.in_flight() < executor.capacity():
                     item = queue.pop(0)
-                    started[item.config.run_id] = (item, start_run(item, tracker), time.perf_counter())
+                    started[item.config.run_id] = (item, start_run(item, tracker, store.shown), time.perf_counter(),
+                                                   _now())
                     executor.submit(item.config.run_id, item.job, item.config["execution.shards"])
                 run_id, outcome = executor.next_done()
-                item, mlflow_run_id, run_began = started[run_id]  # in flight until recorded or failed
+                item, mlflow_run_id, run_began, started_at = started[run_id]  # in flight until recorded or failed
                 wall_s = time.perf_counter() - run_began
                 try:
                     if isinstance(outcome, BaseException):
                         raise outcome
                     _, records, wall_s = outcome
-                    row = record_run(item, records, wall_s, mlflow_run_id, tracker, store)
+                    row = record_run(item, records, wall_s, mlflow_run_id, started_at, tracker, store)
                     del started[run_id]
                     summary.finished.append(row)
                     note = f"{run_id} {item.config['optimizer.name']} n={item.config['n_users']} " \
@@ -568,7 +593,7 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
                            f"excess loss {row['final_excess_loss']:.4g}"
                 except Exception as err:  # one failing run does not stop the grid
                     del started[run_id]
-                    fail_run(item, wall_s, mlflow_run_id, tracker, store, err)
+                    fail_run(item, wall_s, mlflow_run_id, started_at, tracker, store, err)
                     summary.failed.append((run_id, f"{type(err).__name__}: {err}"))
                     note = f"{run_id} FAILED: {type(err).__name__}: {err}"
                 completed = len(summary.finished) + len(summary.failed)
@@ -577,8 +602,8 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
                     raise _interrupt(interrupted())
     except BaseException as stop:  # an interrupt (or the driver's own failure): the runs in flight stop with it
         executor.cancel()
-        for item, mlflow_run_id, run_began in started.values():
-            fail_run(item, time.perf_counter() - run_began, mlflow_run_id, tracker, store, stop)
+        for item, mlflow_run_id, run_began, started_at in started.values():
+            fail_run(item, time.perf_counter() - run_began, mlflow_run_id, started_at, tracker, store, stop)
         raise
     return summary
 

@@ -3,13 +3,15 @@ tests/test_grid.py::test_an_interrupted_grid_resumes_without_duplicates, run in 
 background from the start of the test run (tests/conftest.py, BACKGROUND).
 
 Usage: python tests/interrupted_grid.py OUT. Writes OUT/grid.yaml, the results under
-OUT/out, the MLflow store OUT/mlflow.db, and OUT/outcome.json: each pass's exit status
+OUT/out, the MLflow store OUT/mlflow.db, a copy of the runs table after the interrupt
+(OUT/partial_runs.parquet), and OUT/outcome.json: each pass's exit status
 and standard error.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,8 +53,8 @@ def main(out: Path) -> None:
         child.send_signal(signal.SIGINT)
         child.communicate(timeout=120)
     first = {"returncode": child.returncode, "stderr": (out / "first_stderr.txt").read_text()}
-    partial = out / "partial_runs.parquet"
-    partial.write_bytes((out / "out" / "runs.parquet").read_bytes())  # the folder as the interrupt left it
+    # The runs table (a folder of part files, one per attempt) as the interrupt left it.
+    shutil.copytree(out / "out" / "runs.parquet", out / "partial_runs.parquet")
     rerun = subprocess.run(command, capture_output=True, text=True, cwd=out, timeout=300)
     (out / "outcome.json").write_text(json.dumps({
         "first": first, "rerun": {"returncode": rerun.returncode, "stderr": rerun.stderr}}))

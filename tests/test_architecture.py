@@ -22,7 +22,7 @@ LAYERS = {
     "optimizers": 2,
     "engine": 3, "tracking": 3,
     "plugins": 4, "config": 4, "runner": 4, "report": 4, "audit": 4, "calculator": 4,
-    "lower_bound_audit": 4,
+    "lower_bound_audit": 4, "results": 4,
     "cli": 5, "__main__": 5, "__init__": 5,
 }
 # Specific protocol modules (the registry `pipeline.protocols` and the contract `.base` are not).

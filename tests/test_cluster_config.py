@@ -25,6 +25,7 @@ def test_cluster_yaml_is_a_valid_ray_cluster_config():
     assert any("pip install -c ~/shuffle-sco/constraints.txt -e ~/shuffle-sco" in command
                for command in config["setup_commands"])
     assert config["file_mounts"] == {"~/shuffle-sco": "."}
+    assert config["rsync_filter"] == [".gitignore"]  # no .venv/, results/ or mlflow.db copied to every node
 
 
 def test_the_commented_cloud_example_is_valid_too():

@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from interrupted_grid import GRID  # tests/interrupted_grid.py
-from pipeline import cli, config, engine, runner
+from pipeline import cli, config, engine, results, runner
 
 
 def _config(tmp_path, text=GRID):
@@ -46,16 +46,31 @@ def test_an_interrupted_grid_resumes_without_duplicates(background):
     partial = pd.read_parquet(out / "partial_runs.parquet")
     assert 2 <= (partial["status"] == "finished").sum() < 12
     assert outcome["rerun"]["returncode"] == 0, outcome["rerun"]["stderr"]
-    runs = pd.read_parquet(out / "out" / "runs.parquet")
-    rounds = pd.read_parquet(out / "out" / "rounds.parquet")
+    # Every attempt that ended has its own row: the runs the interrupt stopped (failed) stay as
+    # they were, and the rerun adds one finished attempt for each run not finished before.
+    attempts = pd.read_parquet(out / "out" / "runs.parquet")
+    assert attempts["mlflow_run_id"].is_unique and set(attempts["status"]) <= {"finished", "failed"}
+    finished = attempts[attempts["status"] == "finished"]
+    assert len(finished) == 12 and finished["run_id"].is_unique
+    failed = attempts[attempts["status"] == "failed"]
+    assert set(failed["mlflow_run_id"]) == set(partial.loc[partial["status"] == "failed", "mlflow_run_id"])
+    assert set(partial.loc[partial["status"] == "finished", "mlflow_run_id"]) <= set(finished["mlflow_run_id"])
+    all_rounds = pd.read_parquet(out / "out" / "rounds.parquet")
+    assert not all_rounds.duplicated(["mlflow_run_id", "round"]).any()
+    assert set(all_rounds["mlflow_run_id"]) <= set(attempts["mlflow_run_id"])  # no attempt left unended
+    # The folder's runs: each run's finished attempt, once, and exactly its rounds.
+    runs, rounds = results.load(out / "out")
     assert len(runs) == 12 and runs["run_id"].is_unique and set(runs["status"]) == {"finished"}
+    assert set(runs["mlflow_run_id"]) == set(finished["mlflow_run_id"])
     assert not rounds.duplicated(["run_id", "round"]).any()
     assert set(rounds["run_id"]) == set(runs["run_id"])
+    assert set(rounds["mlflow_run_id"]) == set(runs["mlflow_run_id"])
     client = MlflowClient(tracking_uri=f"sqlite:///{out / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("grid")
     mlflow_runs = client.search_runs([experiment.experiment_id], max_results=1000)
     assert len(mlflow_runs) == 12 and {r.info.status for r in mlflow_runs} == {"FINISHED"}
     assert sorted(r.data.tags["run_id"] for r in mlflow_runs) == sorted(runs["run_id"])
+    assert {r.info.run_id for r in mlflow_runs} == set(runs["mlflow_run_id"])
 
 
 def test_an_interrupt_swallowed_during_a_run_still_stops_the_grid(tmp_path, monkeypatch, new_mlflow_store):

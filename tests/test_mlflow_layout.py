@@ -45,6 +45,8 @@ def test_metric_history_equals_rounds_parquet_step_for_step(tiny):
     for run in runs:
         run_id = table.loc[table["mlflow_run_id"] == run.info.run_id, "run_id"].item()
         mine = rounds[rounds["run_id"] == run_id].sort_values("round")
+        # Each rounds row names its attempt: the rounds of a run are its MLflow run's.
+        assert (mine["mlflow_run_id"] == run.info.run_id).all() and (mine["experiment"] == "layout").all()
         assert len(mine) < 500 and mine["round"].iloc[0] == 0
         for column in ("excess_loss", "epsilon_spent"):
             history = sorted(client.get_metric_history(run.info.run_id, column), key=lambda m: m.step)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from nbclient import NotebookClient
 
-from pipeline import cli
+from pipeline import cli, results
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "experiments" / "analysis.ipynb"
 
@@ -25,16 +25,34 @@ def test_notebook_reproduces_the_reports_slopes(tmp_path, monkeypatch, new_mlflo
         grid: {n_users: [2000, 8000, 32000]}
         execution: {backend: local, shards: 1}
     """))
-    out = tmp_path / "results"
+    # The repository as Jupyter sees it: the kernel starts in experiments/, the quickstart's results
+    # are in results/quickstart at the root; RESULTS unset, so the notebook finds them itself.
+    repository = tmp_path / "repository"
+    (repository / "experiments").mkdir(parents=True)
+    out = repository / "results" / "quickstart"
     uri = new_mlflow_store(tmp_path / "m.db")
     assert cli.main(["run", str(config), "--out", str(out), "--set", f"tracking.mlflow_uri={uri}"]) == 0
+    # An attempt killed after writing its rounds (no runs row): its rounds are no run's, in the
+    # notebook as in the report (both read the folder with pipeline.results.load).
+    part = sorted((out / "rounds.parquet").glob("part-*.parquet"))[0]
+    killed = pd.read_parquet(part).assign(mlflow_run_id="killed-attempt", excess_loss=1.0)
+    killed.to_parquet(out / "rounds.parquet" / f"part-{killed['run_id'][0]}-killed-attempt.parquet", index=False)
     assert cli.main(["report", str(out)]) == 0
-    monkeypatch.setenv("RESULTS", str(out))
+    monkeypatch.delenv("RESULTS", raising=False)
+    monkeypatch.delenv("OUTPUTS", raising=False)
+    before = sorted(path.relative_to(out) for path in out.rglob("*"))
     notebook = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    assert (out / "notebook_excess_vs_n.png").read_bytes()[:4] == b"\x89PNG"
+    kernel_folder = repository / "experiments"
+    NotebookClient(notebook, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(kernel_folder)}}).execute()
+    assert sorted(path.relative_to(out) for path in out.rglob("*")) == before  # nothing written into the results
+    runs, rounds = results.load(out)
+    assert len(runs) == 6 and "killed-attempt" not in set(rounds["mlflow_run_id"])
+    printed = "".join(output.get("text", "") for output in notebook.cells[1].outputs)
+    assert printed.strip() == f"{len(runs)} finished runs, {len(rounds)} rounds"
+    assert (kernel_folder / "notebook_outputs" / "excess_vs_n.png").read_bytes()[:4] == b"\x89PNG"
     # The notebook's slopes equal the report's.
-    mine = pd.read_csv(out / "notebook_slopes.csv")
+    mine = pd.read_csv(kernel_folder / "notebook_outputs" / "slopes.csv")
     report = pd.read_csv(out / "report" / "slopes.csv")
     assert len(mine) == len(report) == 1 and np.isfinite(report["measured_slope"]).all()
     np.testing.assert_allclose(mine[["measured_slope", "theory_slope"]], report[["measured_slope", "theory_slope"]],

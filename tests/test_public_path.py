@@ -95,7 +95,7 @@ class Failing(Quadratic):
 
 def test_a_failed_run_keeps_its_traceback_in_its_folder_mlflow_and_one_line_in_runs_parquet(
         tmp_path, new_mlflow_store, capsys):
-    """A run that raises is marked failed with why: the whole traceback in OUT/runs/<id>/traceback.txt
+    """A run that raises is marked failed with why: the whole traceback in OUT/artifacts/<id>/traceback.txt
     and as its MLflow artifact, its first line in runs.parquet's `error`."""
     from mlflow.tracking import MlflowClient
 
@@ -109,7 +109,9 @@ def test_a_failed_run_keeps_its_traceback_in_its_folder_mlflow_and_one_line_in_r
     assert "ArithmeticError: gradient exploded on purpose" in capsys.readouterr().out
     (row,) = pd.read_parquet(tmp_path / "out" / "runs.parquet").to_dict("records")
     assert row["status"] == "failed" and row["error"] == "ArithmeticError: gradient exploded on purpose"
-    kept = (tmp_path / "out" / "runs" / row["run_id"] / "traceback.txt").read_text()
+    assert {p.name for p in (tmp_path / "out" / "artifacts" / row["run_id"]).iterdir()} == {"traceback.txt"}
+    assert not list((tmp_path / "out").glob("rounds.parquet/*"))  # a failed attempt records no rounds
+    kept = (tmp_path / "out" / "artifacts" / row["run_id"] / "traceback.txt").read_text()
     assert kept.startswith("Traceback (most recent call last):") and "in gradients" in kept
     assert kept.rstrip().endswith("second line")
     client = MlflowClient(tracking_uri=uri)

@@ -8,13 +8,13 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from pipeline import cli
+from pipeline import cli, results
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
 RUN_COLUMNS = {"run_id", "mlflow_run_id", "config_hash", "seed", "final_excess_loss", "epsilon", "delta",
                "status", "wall_s", "n_users", "problem.dim", "optimizer.name", "privacy.epsilon"}
-ROUND_COLUMNS = {"run_id", "round", "users_in_round", "excess_loss", "population_loss", "epsilon_spent",
-                 "delta_spent", "wall_s"}
+ROUND_COLUMNS = {"run_id", "mlflow_run_id", "experiment", "round", "users_in_round", "excess_loss",
+                 "population_loss", "epsilon_spent", "delta_spent", "wall_s"}
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +44,16 @@ def test_quickstart_writes_parquet_with_the_contract_columns(quickstart):
     assert (per_run["count"] == per_run["max"] + 1).all() and set(per_run.index) == set(runs["run_id"])
     final = rounds.sort_values("round").groupby("run_id")["excess_loss"].last()
     assert (final.loc[runs["run_id"]].to_numpy() == runs["final_excess_loss"].to_numpy()).all()
+    # Both tables are folders of part files, one per attempt (here one attempt per run); each
+    # run's artifacts are in artifacts/<run_id>/ (its rounds are in the rounds table only).
+    parts = {f"part-{row.run_id}-{row.mlflow_run_id}.parquet" for row in runs.itertuples()}
+    for table in ("runs.parquet", "rounds.parquet"):
+        assert {p.name for p in (root / "results" / table).iterdir()} == parts
+    assert {p.name for p in (root / "results").iterdir()} == {"runs.parquet", "rounds.parquet", "artifacts", ".lock"}
+    assert {p.name for p in (root / "results" / "artifacts").iterdir()} == set(runs["run_id"])
     for run_id in runs["run_id"]:
-        folder = root / "results" / "runs" / run_id
-        assert {p.name for p in folder.iterdir()} == {"ledger.json", "config.yaml", "rounds.parquet"}
+        folder = root / "results" / "artifacts" / run_id
+        assert {p.name for p in folder.iterdir()} == {"ledger.json", "config.yaml"}
 
 
 def test_quickstart_runs_are_in_mlflow_with_params_metrics_and_artifacts(quickstart):
@@ -71,21 +78,28 @@ def test_rerun_skips_finished_runs_and_redoes_interrupted_ones(quickstart, capsy
     assert cli.main(args) == 0
     assert "8 runs: 0 finished, 8 skipped, 0 failed" in capsys.readouterr().out
     # Simulate a driver killed mid-run: its MLflow run left RUNNING, its
-    # rounds written, its runs.parquet row not yet.
+    # rounds part written, its runs part (the marker that it ended) not yet.
     runs_path = root / "results" / "runs.parquet"
     runs = pd.read_parquet(runs_path)
     victim = runs.iloc[0]
-    runs.iloc[1:].to_parquet(runs_path, index=False)
+    (runs_path / f"part-{victim['run_id']}-{victim['mlflow_run_id']}.parquet").unlink()
     client, _ = _runs_in(uri)
     client.update_run(victim["mlflow_run_id"], status="RUNNING")
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "7 runs already finished, skipped" in out and "8 runs: 1 finished, 7 skipped, 0 failed" in out
     assert "ETA" in out
-    runs = pd.read_parquet(runs_path)
-    rounds = pd.read_parquet(root / "results" / "rounds.parquet")
+    runs = pd.read_parquet(runs_path)  # every attempt that ended: the killed one never did
+    assert len(runs) == 8 and runs["run_id"].is_unique and runs["mlflow_run_id"].is_unique
+    assert victim["mlflow_run_id"] not in set(runs["mlflow_run_id"])
+    # The killed attempt's rounds part stays (files are never rewritten) but is no run's rounds:
+    # the folder's runs and rounds (results.load) are each run's finished attempt, once.
+    all_rounds = pd.read_parquet(root / "results" / "rounds.parquet")
+    assert not all_rounds.duplicated(["mlflow_run_id", "round"]).any()
+    runs, rounds = results.load(root / "results")
     assert len(runs) == 8 and runs["run_id"].is_unique
     assert not rounds.duplicated(["run_id", "round"]).any()
+    assert set(rounds["mlflow_run_id"]) == set(runs["mlflow_run_id"])
     _, mlflow_runs = _runs_in(uri)
     assert len(mlflow_runs) == 8  # the interrupted attempt is deleted: one run per (grid point, seed)
     statuses = [r.info.status for r in mlflow_runs if r.data.tags["run_id"] == victim["run_id"]]

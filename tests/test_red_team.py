@@ -20,7 +20,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from pipeline import cli, config, engine, runner
-from pipeline.tracking import parquet_store
+from pipeline.tracking import location, parquet_store
 
 SMALL = """
 experiment: redteam
@@ -161,44 +161,79 @@ def test_commands_refuse_absurd_sizes_in_one_line(tmp_path, monkeypatch, capsys,
     _one_line(capsys, cli.main(argv), field, *rules)
 
 
+def _first_part(out: Path, table: str) -> Path:
+    """The first part file of a table (a folder of part files, one per attempt)."""
+    parts = sorted((out / table).glob("part-*.parquet"))
+    assert parts, out / table
+    return parts[0]
+
+
 @pytest.mark.parametrize("name", ["runs.parquet", "rounds.parquet"])
-def test_a_truncated_table_is_refused_with_what_to_do_and_nothing_changes(tmp_path, capsys, uri, finished, name):
+def test_a_truncated_part_is_refused_with_what_to_do_and_nothing_changes(tmp_path, capsys, uri, finished, name):
     out = tmp_path / "out"
     shutil.copytree(finished, out)
-    damaged = out / name
+    damaged = _first_part(out, name)
     with open(damaged, "r+b") as handle:
         handle.truncate(damaged.stat().st_size // 2)
     before = _snapshot(out)
+    # `run` reads every runs part (which runs are done) and every rounds part's footer: it names the damaged one.
     status = cli.main(["run", str(_config(tmp_path)), "--out", str(out), "--set", f"tracking.mlflow_uri={uri}",
                        "--set", f"seeds={BIG_SEEDS}"])
-    _one_line(capsys, status, "tracking.out", f"{name} is damaged", "move it aside", "delete the folder")
+    _one_line(capsys, status, "tracking.out", f"{name}/{damaged.name} is damaged and cannot be read",
+              "move it aside", "(the run" if name == "rounds.parquet" else "(the runs it recorded are then redone)")
+    assert _snapshot(out) == before
+    # Reading the folder's results (report, results.load) refuses a damaged part of either table, naming it.
+    _one_line(capsys, cli.main(["report", str(out)]), "DIR", "is damaged and cannot be read",
+              f"{name}/{damaged.name}", "move it aside")
     assert _snapshot(out) == before
 
 
-def test_a_folder_where_runs_parquet_should_be(tmp_path, capsys, uri):
-    (tmp_path / "out" / "runs.parquet").mkdir(parents=True)
+@pytest.mark.parametrize("name,kind", [("runs.parquet", "file"), ("rounds.parquet", "file"),
+                                       ("runs.parquet", "fifo")])
+def test_something_else_where_a_table_folder_should_be(tmp_path, capsys, uri, name, kind):
+    if kind == "fifo" and not hasattr(os, "mkfifo"):
+        pytest.skip("no named pipes on this system")
+    (tmp_path / "out").mkdir()
+    if kind == "file":  # a single file: the layout before results became a dataset
+        (tmp_path / "out" / name).write_bytes(b"PAR1 not a table folder")
+    else:
+        os.mkfifo(tmp_path / "out" / name)
     before = _snapshot(tmp_path / "out")
     status = cli.main(["run", str(_config(tmp_path)), "--out", str(tmp_path / "out"),
                        "--set", f"tracking.mlflow_uri={uri}"])
-    _one_line(capsys, status, "tracking.out", "runs.parquet is not a file but a folder", "move it aside")
+    if kind == "file":
+        _one_line(capsys, status, "tracking.out", f"{name} is one file, the layout before results became a dataset",
+                  f"python -m pipeline migrate {tmp_path / 'out'}")
+    else:
+        _one_line(capsys, status, "tracking.out", f"{name} is not a folder", "move it aside")
     assert _snapshot(tmp_path / "out") == before
 
 
-def test_report_on_a_table_without_status(tmp_path, capsys, finished):
+def test_a_part_without_status_is_refused(tmp_path, capsys, uri, finished):
     out = tmp_path / "out"
     shutil.copytree(finished, out)
-    pd.read_parquet(out / "runs.parquet").drop(columns="status").to_parquet(out / "runs.parquet")
+    part = _first_part(out, "runs.parquet")
+    pd.read_parquet(part).drop(columns="status").to_parquet(part)
+    before = _snapshot(out)
+    status = cli.main(["run", str(_config(tmp_path)), "--out", str(out), "--set", f"tracking.mlflow_uri={uri}",
+                       "--set", f"seeds={BIG_SEEDS}"])
+    _one_line(capsys, status, "tracking.out", f"runs.parquet/{part.name} lacks the column(s) status", "move it aside")
+    assert _snapshot(out) == before
     _one_line(capsys, cli.main(["report", str(out)]), "DIR", "lacks the column(s) status")
+    assert _snapshot(out) == before
 
 
 def test_seeds_stay_exact_int64_and_files_are_readable_by_the_group(finished):
     runs = pd.read_parquet(finished / "runs.parquet")
     assert str(runs["seed"].dtype) == "int64" and sorted(runs["seed"]) == BIG_SEEDS
     # Created under umask 022: readable by group and others (a teammate's notebook), not 0600.
-    files = [finished / "runs.parquet", finished / "rounds.parquet", *(finished / "runs").rglob("*")]
-    assert len(files) > 4
+    files = [path for folder in ("runs.parquet", "rounds.parquet", "artifacts") for path in
+             [finished / folder, *(finished / folder).rglob("*")]]
+    assert len([path for path in files if path.is_file()]) == 2 + 2 + 2 * 2  # 2 runs: 2 parts each, 2 artifacts
     for path in files:
         assert path.stat().st_mode & 0o044 == 0o044, (path, oct(path.stat().st_mode))
+        if path.is_dir():  # and the folders can be entered
+            assert path.stat().st_mode & 0o011 == 0o011, (path, oct(path.stat().st_mode))
 
 
 def test_a_second_process_on_the_folder_is_refused_at_once(tmp_path, capsys, uri):
@@ -223,14 +258,14 @@ def test_a_full_disk_marks_the_run_failed_in_both_sinks_and_a_rerun_redoes_it(tm
     args = ["run", str(path), "--out", str(tmp_path / "out"), "--set", f"tracking.mlflow_uri={uri}"]
     (run,) = config.expand(config.read_config(path, [f"tracking.out={tmp_path / 'out'}"]))
 
-    def full(path, table):
+    def full(self, path, data):  # every file of the results folder is written by Location.write
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
-    monkeypatch.setattr(parquet_store, "_replace_table", full)
+    monkeypatch.setattr(location.Location, "write", full)
     assert cli.main(args) == 1  # the run failed; the failure handler's own write failed too, silently
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err + captured.out and "No space left on device" in captured.out
-    assert not (tmp_path / "out" / "runs.parquet").exists()
+    assert not (tmp_path / "out" / "runs.parquet").exists() and not (tmp_path / "out" / "rounds.parquet").exists()
     assert [r.info.status for r in _mlflow_runs(uri, "redteam_enospc", run.run_id)] == ["FAILED"]
 
     monkeypatch.undo()

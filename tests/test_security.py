@@ -51,12 +51,22 @@ def test_no_raw_or_per_user_value_and_no_user_id_leaves_the_shards(tmp_path, mon
 
     found: list[float] = []
     out = tmp_path / "results" / "boundary"
-    for parquet in list(out.glob("*.parquet")) + list(out.glob("runs/*/rounds.parquet")):
+    # Every part file of the results tables (folders of parts), and the rounds.parquet and
+    # ledger.json that each MLflow run holds as artifacts (in ./mlartifacts), besides the
+    # results folder's artifacts/<run_id>/ledger.json.
+    parquets = sorted(tmp_path.rglob("*.parquet"))
+    parquets = [path for path in parquets if path.is_file()]
+    ledgers = sorted(tmp_path.rglob("ledger.json"))
+    for table in ("runs.parquet", "rounds.parquet"):
+        assert len(list(out.glob(f"{table}/part-*.parquet"))) == 2, table
+    assert len(list(out.glob("artifacts/*/ledger.json"))) == 2
+    assert len(parquets) == 2 + 2 + 2 and len(ledgers) == 2 + 2  # results folder and MLflow artifacts
+    for parquet in parquets:
         table = pd.read_parquet(parquet)
         # Counts of users are fine; ids, indices or ranges of users are not.
         assert not [c for c in table.columns if re.search(r"user_?(id|index)|(first|stop)_user", c)], parquet
         found += [float(v) for v in table.select_dtypes("number").to_numpy().ravel()]
-    for ledger in out.glob("runs/*/ledger.json"):
+    for ledger in ledgers:
         text = ledger.read_text()
         assert "first_user" not in text and "stop_user" not in text
         found += list(_numbers(json.loads(text)))

@@ -50,19 +50,22 @@ def test_reference_rates_are_ordered():
 def test_report_fits_one_slope_per_configuration(tmp_path):
     """Runs that differ in anything but n (here d) are separate series; each
     exactly ∝ n⁻² must fit −2, not a mixture."""
+    from pipeline import results
     from pipeline.report import build_report
+    from pipeline.tracking import ParquetStore
 
-    rows, rounds = [], []
+    store = ParquetStore(tmp_path)  # a results folder as the pipeline writes it: one part file per run
     for dim in (5, 50):
         for n in (1_000, 10_000, 100_000):
-            run_id = f"d{dim}-n{n}"
-            rows.append({"run_id": run_id, "status": "finished", "config_hash": run_id, "seed": 0, "n_users": n,
-                         "optimizer.name": "mean_estimation", "privacy.epsilon": 1.0, "privacy.accounting": "paper",
-                         "problem.dim": dim, "final_excess_loss": dim * n**-2.0, "theory_rate": dim * n**-2.0,
-                         "central_rate": 1.0, "local_rate": 1.0, "nonprivate_rate": 1.0})
-            rounds.append({"run_id": run_id, "round": 0, "excess_loss": dim * n**-2.0, "epsilon_spent": 1.0})
-    pd.DataFrame(rows).to_parquet(tmp_path / "runs.parquet")
-    pd.DataFrame(rounds).to_parquet(tmp_path / "rounds.parquet")
+            run_id, mlflow_run_id = f"d{dim}-n{n}", f"mlflow-d{dim}-n{n}"
+            row = {"run_id": run_id, "mlflow_run_id": mlflow_run_id, "experiment": "theory", "status": "finished",
+                   "config_hash": run_id, "seed": 0, "n_users": n,
+                   "optimizer.name": "mean_estimation", "privacy.epsilon": 1.0, "privacy.accounting": "paper",
+                   "problem.dim": dim, "final_excess_loss": dim * n**-2.0, "theory_rate": dim * n**-2.0,
+                   "central_rate": 1.0, "local_rate": 1.0, "nonprivate_rate": 1.0}
+            rounds = pd.DataFrame([{"run_id": run_id, "mlflow_run_id": mlflow_run_id, "experiment": "theory",
+                                    "round": 0, "excess_loss": dim * n**-2.0, "epsilon_spent": 1.0}])
+            store.commit(row, rounds, results.KINDS)
     build_report(tmp_path)
     slopes = pd.read_csv(tmp_path / "report" / "slopes.csv")
     assert len(slopes) == 2 and np.allclose(slopes["measured_slope"], -2.0) and np.allclose(slopes["theory_slope"], -2.0)

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 import lazy_loader
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time __getattr__ below
-    from pipeline.tracking.mlflow_tracker import MlflowTracker, ui_command
-    from pipeline.tracking.parquet_store import FAILED, FINISHED, ParquetStore
+    from pipeline.tracking.mlflow_tracker import MlflowTracker, experiment_address, ui_command
+    from pipeline.tracking.parquet_store import FAILED, FINISHED, ParquetStore, migrate
 
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "mlflow_tracker": ["MlflowTracker", "ui_command"],
-    "parquet_store": ["FAILED", "FINISHED", "ParquetStore"],
+    "mlflow_tracker": ["MlflowTracker", "experiment_address", "ui_command"],
+    "parquet_store": ["FAILED", "FINISHED", "ParquetStore", "migrate"],
 })

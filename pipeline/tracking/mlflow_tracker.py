@@ -5,6 +5,7 @@ import glob
 import logging
 import os
 import secrets
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -108,6 +109,13 @@ def create_sqlite_store(database: Path) -> None:
             leftover.unlink(missing_ok=True)
 
 
+def experiment_address(uri: str, experiment_id: str) -> str:
+    """The experiment's page in the MLflow UI, on its runs table (the 3.17 UI opens GenAI
+    traces unless the address asks for `workflowType=machine_learning`)."""
+    server = uri.rstrip("/") if urlparse(uri).scheme in ("http", "https") else "http://127.0.0.1:5000"
+    return f"{server}/#/experiments/{experiment_id}?workflowType=machine_learning"
+
+
 def metric_steps(rounds: int) -> np.ndarray:
     """Every round if there are few; else log-spaced rounds and the last."""
     if rounds <= MAX_METRIC_STEPS:
@@ -209,14 +217,15 @@ class MlflowTracker:
         for at in range(0, len(metrics), METRICS_PER_BATCH):
             self.client.log_batch(mlflow_run_id, metrics=metrics[at:at + METRICS_PER_BATCH])
 
-    def finish(self, mlflow_run_id: str, summary: dict[str, float], artifacts: Path | None,
-               status: str | None) -> None:
+    def finish(self, mlflow_run_id: str, summary: dict[str, float], files: dict[str, bytes],
+               rounds: pd.DataFrame | None, status: str | None) -> None:
         """Logs final metrics and artifacts, then ends the run (unless status is None).
 
         Args:
           mlflow_run_id: the MLflow run.
           summary: final metrics.
-          artifacts: a folder whose files become the run's artifacts, or None.
+          files: artifacts, name → content.
+          rounds: the run's rounds, logged as rounds.parquet (None: none).
           status: "FINISHED" or "FAILED"; None leaves the run RUNNING, for the
             caller to `end` once the results folder records it.
         """
@@ -224,10 +233,20 @@ class MlflowTracker:
         metrics = [Metric(key, float(value), timestamp, 0) for key, value in summary.items()]
         if metrics:
             self.client.log_batch(mlflow_run_id, metrics=metrics)
-        if artifacts is not None:
-            self.client.log_artifacts(mlflow_run_id, str(artifacts))
+        self._log_files(mlflow_run_id, files, rounds)
         if status is not None:
             self.end(mlflow_run_id, status)
+
+    def _log_files(self, mlflow_run_id: str, files: dict[str, bytes], rounds: pd.DataFrame | None = None) -> None:
+        """Uploads artifacts from a temporary local folder (MLflow logs local files)."""
+        if not files and rounds is None:
+            return
+        with tempfile.TemporaryDirectory(prefix="shuffle-sco-artifacts-") as folder:
+            for name, content in files.items():
+                (Path(folder) / name).write_bytes(content)
+            if rounds is not None:
+                rounds.to_parquet(Path(folder) / "rounds.parquet", index=False)
+            self.client.log_artifacts(mlflow_run_id, folder)
 
     def end(self, mlflow_run_id: str, status: str) -> None:
         """Ends a run with a status ("FINISHED" or "FAILED")."""
@@ -277,15 +296,14 @@ class MlflowTracker:
         self.client.set_terminated(run.info.run_id, status="FINISHED")
         return run.info.run_id
 
-    def fail(self, mlflow_run_id: str, artifacts: Path | None = None) -> None:
-        """Ends a run as FAILED, with the files of `artifacts` (its traceback) logged first.
+    def fail(self, mlflow_run_id: str, files: dict[str, bytes] | None = None) -> None:
+        """Ends a run as FAILED, with `files` (its traceback) logged first.
 
         Args:
           mlflow_run_id: the MLflow run.
-          artifacts: a folder whose files become the run's artifacts, or None.
+          files: artifacts, name → content.
         """
         try:  # the status matters more than the artifact: set it even if the upload fails
-            if artifacts is not None:
-                self.client.log_artifacts(mlflow_run_id, str(artifacts))
+            self._log_files(mlflow_run_id, files or {})
         finally:
             self.client.set_terminated(mlflow_run_id, status="FAILED")

@@ -1,96 +1,158 @@
-"""The Parquet results folder: OUT/runs.parquet, OUT/rounds.parquet and one
-folder of artifacts per run, each written whole or not at all."""
+"""The results dataset: two Parquet tables that runs append to, and one folder of
+artifacts per run, in a local folder or under a URI (pipeline.tracking.location).
+
+Layout of a results folder OUT:
+
+    OUT/runs.parquet/part-<run_id>-<attempt>.parquet     one row per attempt of a run
+    OUT/rounds.parquet/part-<run_id>-<attempt>.parquet   a finished attempt's rounds
+    OUT/artifacts/<run_id>/                              ledger.json, config.yaml (traceback.txt)
+
+Each attempt (one MLflow run: <attempt> is its MLflow run id) writes its own
+immutable files, its rounds first and its runs row last: the runs row is the
+marker that the attempt ended, finished or failed. Recording never reads or
+rewrites another run's files, so it costs the same for the 1st and the 1,000th
+run of a folder, and needs neither rename nor lock on an object store.
+`pd.read_parquet("OUT/runs.parquet")` reads a table; pipeline.results.load reads
+tables of many folders and keeps each run's latest finished attempt.
+"""
 from __future__ import annotations
 
+import datetime
+import io
 import os
-import secrets
-import shutil
-import tempfile
+import posixpath
 from pathlib import Path
+from typing import Iterable
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from pipeline.errors import ConfigError
+from pipeline.tracking.location import Location, check_writable, open_location
 
 FINISHED = "finished"
 FAILED = "failed"
-# The lock file that one run holds on its results folder (left in place: deleting it would race).
+RUNS, ROUNDS, ARTIFACTS = "runs.parquet", "rounds.parquet", "artifacts"
+# The lock file that one run holds on a local results folder (left in place: deleting it would race).
 LOCK_NAME = ".lock"
-# Columns without which a table cannot say which runs are done.
-REQUIRED_COLUMNS = {"runs.parquet": ("run_id", "status"), "rounds.parquet": ("run_id",)}
-_WHAT_TO_DO = ("move it aside (the runs it recorded are then redone), or delete the folder to redo all; "
-               "then rerun")
+# Columns without which a runs table cannot say which runs are done.
+REQUIRED_COLUMNS = ("run_id", "status")
+MIGRATE_HINT = "python -m pipeline migrate"
+_WHAT_TO_DO = "move it aside (the runs it recorded are then redone), then rerun"
+# Arrow types of the columns' Python kinds: every file of a table has one schema, null where unset.
+_ARROW_TYPES = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_(),
+                datetime.datetime: pa.timestamp("us", tz="UTC")}
 
 
-def _temporary(folder: Path, name: str) -> Path:
-    """A fresh file in `folder`, created with the mode the umask allows (0666 & ~umask):
-    mkstemp's owner-only 0600 would lock a teammate's notebook out of a shared folder."""
-    while True:
-        path = folder / f".{name}.{secrets.token_hex(6)}.tmp"
+def typed_table(rows: list[dict] | pd.DataFrame, kinds: dict[str, type]) -> pa.Table:
+    """A table whose columns named in `kinds` have that kind's Arrow type (null where unset).
+
+    Args:
+      rows: the rows, as dicts (every dict with the same keys) or a DataFrame.
+      kinds: column → int, float, str, bool or datetime.datetime; other columns
+        keep the type Arrow infers.
+
+    Returns:
+      The table.
+    """
+    if isinstance(rows, pd.DataFrame):
+        inferred = pa.Table.from_pandas(rows, preserve_index=False).schema
+        schema = pa.schema([pa.field(f.name, _ARROW_TYPES[kinds[f.name]]) if f.name in kinds else f
+                            for f in inferred])
+        return pa.Table.from_pandas(rows, schema=schema, preserve_index=False)
+    columns = list(rows[0])
+    schema = pa.schema([pa.field(name, _ARROW_TYPES[kinds[name]]) if name in kinds else
+                        pa.field(name, pa.array([row[name] for row in rows]).type) for name in columns])
+    return pa.Table.from_pylist([{name: _cell(row[name], kinds.get(name)) for name in columns} for row in rows],
+                                schema=schema)
+
+
+def _cell(value, kind: type | None):
+    """A value as its column stores it: a missing value (NaN or NaT, as pandas reads a null back)
+    is null outside float columns, and a whole number computed as a float (a plug-in's batch
+    size 26.0) goes into its integer column."""
+    missing = value is pd.NaT or (isinstance(value, (float, np.floating)) and np.isnan(value))
+    if missing and kind not in (float, None):
+        return None
+    if kind is int and isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return int(value)
+    return value
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    return buffer.getvalue()
+
+
+def _part_name(run_id: str, attempt: str) -> str:
+    return f"part-{run_id}-{attempt}.parquet"
+
+
+# The columns without which a file is not one of this pipeline's tables.
+NEEDED = {RUNS: ("run_id", "mlflow_run_id", "status"), ROUNDS: ("run_id", "round")}
+
+
+def read_table(location: Location, path: str, name: str) -> pd.DataFrame:
+    """A table for readers (pipeline.results.load): one Parquet file (the layout before 0.2), or a folder of part files.
+
+    Raises:
+      ConfigError: a file that is damaged, or not one of this pipeline's tables, named.
+    """
+    single = location.kind(path) == pa.fs.FileType.File
+    tables = []
+    for file in [path] if single else location.files(path, ".parquet"):
         try:
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
-            return path
-        except FileExistsError:
-            continue
-
-
-def _replace_table(path: Path, table: pd.DataFrame) -> None:
-    """Writes a Parquet file through a temporary file and an atomic rename."""
-    temporary = _temporary(path.parent, path.name)
-    try:
-        table.to_parquet(temporary, index=False)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+            table = pq.read_table(file, filesystem=location.filesystem)
+        except Exception as error:  # pyarrow raises ArrowInvalid, OSError and more for a damaged file
+            raise ConfigError("source", location.address(file), f"is damaged and cannot be read "
+                              f"({str(error).strip().splitlines()[0]}): move it aside") from None
+        missing = [column for column in NEEDED[name] if column not in table.column_names]
+        if missing:
+            raise ConfigError("source", location.address(file), f"lacks the column(s) {', '.join(missing)}: it is "
+                              f"not a {name} table of this pipeline; move it aside")
+        tables.append(table)
+    return pa.concat_tables(tables, promote_options="permissive").to_pandas() if tables else pd.DataFrame()
 
 
 class ParquetStore:
-    """One results folder; the only writer of its files.
+    """One results folder (a path or a URI); the only writer of its files.
 
     Args:
-      out: the folder (created on first commit).
+      out: the folder, as tracking.out gives it.
+
+    Raises:
+      ConfigError: a URI that cannot be opened (see open_location).
     """
 
     def __init__(self, out: str | Path):
-        self.out = Path(out)
-        self.runs_path = self.out / "runs.parquet"
-        self.rounds_path = self.out / "rounds.parquet"
-        self.lock_path = self.out / LOCK_NAME
+        self.location: Location = open_location(str(out))
+        local = self.location.local
+        self.lock_path = local / LOCK_NAME if local is not None else None
         self._lock = None
 
+    @property
+    def shown(self) -> str:
+        """The folder as the summary and MLflow's folder tag name it (absolute path or URI)."""
+        return self.location.shown
+
+    def table_addresses(self) -> tuple[str, str]:
+        """Where the runs and rounds tables are, as pandas, polars or DuckDB open them."""
+        return tuple(self.location.address(self.location.path(name)) for name in (RUNS, ROUNDS))
+
     def check_writable(self) -> None:
-        """Refuses, before any work, a results folder that cannot be written.
-
-        A folder that does not exist yet is probed by creating and removing
-        an empty folder in its nearest existing ancestor: permission bits
-        alone pass /proc, or a read-only mount, for root.
-
-        Raises:
-          ConfigError: the folder, or its nearest existing ancestor, is not a
-            writable directory.
-        """
-        existing = self.out
-        while not existing.exists():
-            existing = existing.parent
-        if not existing.is_dir():
-            raise ConfigError("tracking.out", str(self.out), f"cannot be created: {existing} is not a folder")
-        if not os.access(existing, os.W_OK | os.X_OK):
-            raise ConfigError("tracking.out", str(self.out), f"is not writable ({existing} denies writing)")
-        if existing == self.out:  # it exists: `lock`, its first write, reports what the bits hide
-            return
-        try:
-            os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".probe."))
-        except OSError as err:
-            raise ConfigError("tracking.out", str(self.out),
-                              f"is not writable: a folder cannot be made in {existing} "
-                              f"({err.strerror or err})") from None
+        """Refuses, before any work, a results folder that cannot be written (pipeline.tracking.location)."""
+        check_writable(self.location)
 
     def lock(self) -> None:
-        """Takes this folder's lock for this process, creating the folder; kept until `unlock`.
+        """Takes a local folder's lock for this process, creating the folder; kept until `unlock`.
 
-        Two processes recording into one folder would interleave their
-        rewrites of runs.parquet and lose rows: the second is refused at once.
+        Two drivers recording into one folder would run the same runs twice:
+        the second is refused at once. On an object store there is no lock;
+        two drivers there each write their own attempts, which the loader
+        keeps once each (the latest finished).
 
         Raises:
           ConfigError: another process holds the folder, or the folder cannot
@@ -98,21 +160,21 @@ class ParquetStore:
         """
         from filelock import FileLock, Timeout  # a well-kept lock (flock on POSIX), loaded where it is needed
 
-        if self._lock is not None:  # held already: a second flock of ours would refuse ourselves
+        if self._lock is not None or self.lock_path is None:  # held already, or nothing to hold
             return
         lock = FileLock(self.lock_path, timeout=0)
         try:
-            self.out.mkdir(parents=True, exist_ok=True)
+            self.lock_path.parent.mkdir(parents=True, exist_ok=True)
             lock.acquire()
         except Timeout:
             if not self.lock_path.exists():  # filelock times out on a file it cannot make, too (/proc)
-                raise ConfigError("tracking.out", str(self.out),
+                raise ConfigError("tracking.out", self.shown,
                                   f"is not writable: the lock file {self.lock_path} cannot be made") from None
-            raise ConfigError("tracking.out", str(self.out),
+            raise ConfigError("tracking.out", self.shown,
                               f"another run holds this results folder (lock {self.lock_path}); wait for it "
                               "to end, or record into another folder (--out)") from None
         except OSError as err:
-            raise ConfigError("tracking.out", str(self.out),
+            raise ConfigError("tracking.out", self.shown,
                               f"is not writable: its lock file cannot be made ({err.strerror or err})") from None
         self._lock = lock
 
@@ -122,106 +184,174 @@ class ParquetStore:
             self._lock.release()
             self._lock = None
 
-    def check_readable(self) -> None:
-        """Refuses, before any work, a folder whose tables cannot be read whole.
+    def held_elsewhere(self) -> bool:
+        """Whether a local folder has a lock file (another run may hold it: `lock` says)."""
+        return self.lock_path is not None and self.lock_path.is_file()
 
-        A truncated or overwritten Parquet file fails to open (its footer is
-        gone); skipping or extending it would lose the runs it recorded.
+    def _table_folder(self, name: str) -> str:
+        """A table's folder; refuses a file in its place (a folder of the layout before 0.2, or a foreign file).
+
+        Raises:
+          ConfigError: naming the file and what to do.
+        """
+        path = self.location.path(name)
+        kind = self.location.kind(path)
+        if kind == pa.fs.FileType.File:
+            raise ConfigError("tracking.out", self.shown,
+                              f"{name} is one file, the layout before results became a dataset: convert the folder "
+                              f"with `{MIGRATE_HINT} {self.shown}`, or record into another folder (--out)")
+        if kind not in (pa.fs.FileType.NotFound, pa.fs.FileType.Directory):
+            raise ConfigError("tracking.out", self.shown, f"{name} is not a folder: {_WHAT_TO_DO}")
+        return path
+
+    def _read_parts(self, name: str, columns: Iterable[str] | None = None) -> pd.DataFrame:
+        """A table's part files, read; empty if there are none.
+
+        Raises:
+          ConfigError: a part that is not a readable Parquet file with the columns it needs, named.
+        """
+        folder = self._table_folder(name)
+        frames = []
+        for path in self.location.files(folder):
+            shown = f"{name}/{posixpath.basename(path)}"
+            try:
+                table = pq.read_table(path, filesystem=self.location.filesystem)
+            except Exception as err:  # pyarrow raises ArrowInvalid, OSError and more for a damaged file
+                reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                raise ConfigError("tracking.out", self.shown,
+                                  f"{shown} is damaged and cannot be read ({reason}): {_WHAT_TO_DO}") from None
+            missing = [column for column in REQUIRED_COLUMNS if column not in table.column_names]
+            if name == RUNS and missing:
+                raise ConfigError("tracking.out", self.shown,
+                                  f"{shown} lacks the column(s) {', '.join(missing)}, so it is not this pipeline's "
+                                  f"table: {_WHAT_TO_DO}")
+            frames.append(table.select(list(columns)) if columns else table)
+        if not frames:
+            return pd.DataFrame()
+        return pa.concat_tables(frames, promote_options="permissive").to_pandas()
+
+    def check_readable(self) -> None:
+        """Refuses, before any work, a folder whose runs table cannot be read whole, whose
+        rounds parts have no readable footer (a truncated file), or whose tables are single
+        files (the layout before 0.2: `migrate` converts it).
 
         Raises:
           ConfigError: naming the file, what is wrong, and what to do.
         """
-        for path in (self.runs_path, self.rounds_path):
-            self._read(path)
-
-    def _read(self, path: Path) -> pd.DataFrame:
-        """A table of the folder, read whole; empty if it does not exist yet.
-
-        Raises:
-          ConfigError: the file is not a readable Parquet file with the columns it needs.
-        """
-        if not path.exists():
-            return pd.DataFrame()
-        if not path.is_file():
-            raise ConfigError("tracking.out", str(self.out), f"{path.name} is not a file but a "
-                              f"{'folder' if path.is_dir() else 'special file'}: {_WHAT_TO_DO}")
-        try:
-            table = pd.read_parquet(path)
-        except Exception as err:  # pyarrow raises ArrowInvalid, OSError and more for a damaged file
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ConfigError("tracking.out", str(self.out),
-                              f"{path.name} is damaged and cannot be read ({reason}): {_WHAT_TO_DO}") from None
-        missing = [column for column in REQUIRED_COLUMNS[path.name] if column not in table.columns]
-        if missing and len(table.columns):
-            raise ConfigError("tracking.out", str(self.out),
-                              f"{path.name} lacks the column(s) {', '.join(missing)}, so it is not this pipeline's "
-                              f"table: {_WHAT_TO_DO}")
-        return table
+        for path in self.location.files(self._table_folder(ROUNDS)):
+            try:
+                pq.read_metadata(path, filesystem=self.location.filesystem)
+            except Exception as err:  # pyarrow raises ArrowInvalid, OSError and more for a damaged file
+                reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                raise ConfigError("tracking.out", self.shown, f"{ROUNDS}/{posixpath.basename(path)} is damaged and "
+                                  f"cannot be read ({reason}): move it aside, and its runs part of the same name "
+                                  "(the run is then redone), then rerun") from None
+        self._read_parts(RUNS)
 
     def finished_runs(self) -> dict[str, str]:
-        """The runs recorded as finished: run_id → mlflow_run_id.
+        """The runs recorded as finished: run_id → the MLflow run id of its latest finished attempt.
+        An attempt whose rounds part is gone (moved aside) is not finished: the run is redone.
 
         Raises:
-          ConfigError: runs.parquet cannot be read (see `check_readable`).
+          ConfigError: the runs table cannot be read (see `check_readable`).
         """
-        runs = self._read(self.runs_path)
+        runs = self._read_parts(RUNS)
         if runs.empty:
             return {}
-        done = runs[runs["status"] == FINISHED]
-        ids = done["mlflow_run_id"] if "mlflow_run_id" in done else pd.Series("", index=done.index)
-        return dict(zip(done["run_id"], ids.astype(str)))
+        rounds = {posixpath.basename(path) for path in self.location.files(self._table_folder(ROUNDS))}
+        parts = [_part_name(run_id, attempt) for run_id, attempt in zip(runs["run_id"], runs["mlflow_run_id"])]
+        done = runs[(runs["status"] == FINISHED) & pd.Series([part in rounds for part in parts], index=runs.index)]
+        if "ended_at" in done:
+            done = done.sort_values("ended_at", kind="stable")
+        return dict(zip(done["run_id"], done["mlflow_run_id"].astype(str)))
 
-    def completed(self) -> set[str]:
-        """The run_ids recorded as finished."""
-        return set(self.finished_runs())
-
-    def stage(self, run_id: str, rounds: pd.DataFrame | None, files: dict[str, bytes]) -> Path:
-        """Writes a run's artifact folder OUT/runs/<run_id>/ whole or not at all.
+    def stage(self, run_id: str, files: dict[str, bytes]) -> None:
+        """Writes a run's artifacts to OUT/artifacts/<run_id>/, each file whole; files an
+        earlier attempt left there and this one does not write are removed.
 
         Args:
           run_id: the run.
-          rounds: the run's rounds, written as its own rounds.parquet (None: a
-            failed run, which has none).
-          files: other artifacts, name → content.
-
-        Returns:
-          The folder.
+          files: name → content.
         """
-        folder = self.out / "runs" / run_id
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        # The umask applies to mkdir's 0777, unlike mkdtemp's 0700; the folder's lock rules out a rival writer.
-        staging = folder.parent / f".{run_id}.{secrets.token_hex(6)}.tmp"
-        staging.mkdir(0o777)
-        try:
-            for name, content in files.items():
-                (staging / name).write_bytes(content)
-            if rounds is not None:
-                rounds.to_parquet(staging / "rounds.parquet", index=False)
-            if folder.exists():
-                shutil.rmtree(folder)
-            os.replace(staging, folder)
-        finally:  # a full disk must not leave half a staging folder behind
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
-        return folder
+        folder = self.location.path(ARTIFACTS, run_id)
+        for stale in self.location.files(folder):
+            if posixpath.basename(stale) not in files:
+                self.location.filesystem.delete_file(stale)
+        for name, content in files.items():
+            self.location.write(f"{folder}/{name}", content)
 
-    def commit(self, run_row: dict, rounds: pd.DataFrame) -> None:
-        """Records a run in rounds.parquet, then in runs.parquet.
-
-        The row in runs.parquet is written last and is what marks the run
-        done; an earlier crash leaves the run to be redone, and the rows it
-        left are replaced, never duplicated.
+    def commit(self, run_row: dict, rounds: pd.DataFrame, kinds: dict[str, type]) -> None:
+        """Records an attempt: its rounds (if any), then its runs row, which marks it ended.
 
         Args:
-          run_row: the run's runs.parquet row (must hold run_id and status).
-          rounds: the run's rounds.parquet rows (may be empty).
+          run_row: the attempt's runs row (run_id, mlflow_run_id, status, ...).
+          rounds: its rounds rows (empty for a failed attempt).
+          kinds: the Python kind of each known column (typed_table).
         """
-        self.out.mkdir(parents=True, exist_ok=True)
-        run_id = run_row["run_id"]
-        for path, rows in ((self.rounds_path, rounds), (self.runs_path, pd.DataFrame([run_row]))):
-            table = self._read(path)
-            kept = table[table["run_id"] != run_id] if not table.empty else table
-            if rows.empty and len(kept) == len(table):
-                continue
-            parts = [part for part in (kept, rows) if not part.empty]
-            _replace_table(path, pd.concat(parts, ignore_index=True) if parts else kept)
+        part = _part_name(run_row["run_id"], run_row["mlflow_run_id"])
+        if not rounds.empty:
+            self.location.write(self.location.path(ROUNDS, part), _parquet_bytes(typed_table(rounds, kinds)))
+        self.location.write(self.location.path(RUNS, part), _parquet_bytes(typed_table([run_row], kinds)))
+
+
+def migrate(out: str | Path, kinds: dict[str, type]) -> str:
+    """Converts a local results folder of the layout before 0.2 (runs.parquet and
+    rounds.parquet as single files, a copy of each run's rounds in runs/<run_id>/)
+    into the dataset layout, keeping every row.
+
+    The new tables are built beside the old files, which are swapped out only
+    once both are whole; run it again after an interruption.
+
+    Args:
+      out: the results folder.
+      kinds: the Python kind of each known column (typed_table).
+
+    Returns:
+      What was done, in one line.
+
+    Raises:
+      ConfigError: not a local results folder, or tables that cannot be read.
+    """
+    import shutil
+
+    location = open_location(str(out), "DIR")
+    folder = location.local
+    if folder is None or not folder.is_dir():
+        raise ConfigError("DIR", str(out), "must be a local results folder (the old layout was local only)")
+    old = {name: folder / name for name in (RUNS, ROUNDS)}
+    backup = {name: folder / f".{name}.before-0.2" for name in old}  # an interrupted swap left these
+    source = {name: old[name] if old[name].is_file() else backup[name] for name in old}
+    if not source[RUNS].is_file():
+        return f"{folder}: already in the dataset layout, nothing to do"
+    try:
+        runs = pd.read_parquet(source[RUNS])
+        rounds = pd.read_parquet(source[ROUNDS]) if source[ROUNDS].is_file() else pd.DataFrame(columns=["run_id"])
+    except Exception as err:
+        raise ConfigError("DIR", str(out), f"a table cannot be read ({str(err).strip().splitlines()[0]})") from None
+    new = {name: folder / f".{name}.migrating" for name in old}
+    for path in new.values():
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir()
+    for row in runs.to_dict("records"):
+        part = _part_name(row["run_id"], row["mlflow_run_id"])
+        own = rounds[rounds["run_id"] == row["run_id"]]
+        if row["status"] == FINISHED and not own.empty:
+            own = own.assign(mlflow_run_id=row["mlflow_run_id"], experiment=row["experiment"])
+            pq.write_table(typed_table(own.reset_index(drop=True), kinds), new[ROUNDS] / part)
+        pq.write_table(typed_table([row], kinds), new[RUNS] / part)
+    legacy = folder / "runs"  # per-run folders: ledger.json and config.yaml move; the rounds copy goes
+    for run_folder in sorted(legacy.iterdir()) if legacy.is_dir() else []:
+        target = folder / ARTIFACTS / run_folder.name
+        target.mkdir(parents=True, exist_ok=True)
+        for file in run_folder.iterdir():
+            if file.name != ROUNDS:
+                os.replace(file, target / file.name)
+    for name in old:  # the swap: each old file out of the way, then the new folder in its place
+        if old[name].is_file():
+            os.replace(old[name], backup[name])
+        shutil.rmtree(old[name], ignore_errors=True)  # a new folder an interrupted swap moved in
+        os.replace(new[name], old[name])
+    shutil.rmtree(legacy, ignore_errors=True)
+    for path in backup.values():
+        path.unlink(missing_ok=True)
+    return f"{folder}: {len(runs)} runs and {len(rounds)} rounds moved into the dataset layout"

@@ -340,7 +340,7 @@ def run_case(tree: dict, shards: int, folder: Path, mlflow_uri: str) -> dict:
     rounds = pd.read_parquet(results / "rounds.parquet")
     rows = [[int(r.round), int(r.users_in_round), _hex(r.excess_loss), _hex(r.population_loss)]
             for r in rounds.itertuples()]
-    ledger = json.loads((results / "runs" / row["run_id"] / "ledger.json").read_text())
+    ledger = json.loads((results / "artifacts" / row["run_id"] / "ledger.json").read_text())
     params = MlflowClient(tracking_uri=mlflow_uri).get_run(row["mlflow_run_id"]).data.params
     hyper = {key.removeprefix("resolved."): _parse_param(value) for key, value in params.items()
              if key.startswith("resolved.")}

@@ -1,0 +1,151 @@
+"""Results as one dataset: the columns of the runs and rounds tables, and a loader
+that reads them from any number of results folders, local or under a URI.
+
+    from pipeline import results
+    runs, rounds = results.load("results")            # every results folder under results/
+    runs, rounds = results.load("s3://bucket/sco/*")  # or a URI, or a glob
+    curves = rounds.merge(runs, on="mlflow_run_id")   # the MLflow run id is unique everywhere
+
+A run's `run_id` names its grid point and seed (the same in two folders that ran
+the same grid); `mlflow_run_id` names one attempt of it and is unique across
+folders and machines: join on it.
+"""
+from __future__ import annotations
+
+import datetime
+import fnmatch
+import functools
+import glob
+import importlib.metadata
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+
+from pipeline.config import FIELDS
+from pipeline.errors import ConfigError
+from pipeline.optimizers import theory
+
+FLOAT, INT, TEXT, TIME = float, int, str, datetime.datetime
+# Resolved hyperparameters every runs row has (null where an optimizer has none); others are added as they come.
+RESOLVED = {"resolved.rounds": INT, "resolved.batch_size": INT, "resolved.step_size": FLOAT}
+# The problem's declared constants (Problem.constants), as MLflow's params name them.
+CONSTANTS = {"problem.L": FLOAT, "problem.beta": FLOAT, "problem.lambda": FLOAT, "problem.D": FLOAT}
+# A dataset's measured metrics: null on the generated problems, whose losses are exact.
+MEASURED = ("test_loss", "test_accuracy", "optimum_gap")
+# Every runs column and its kind: one schema in every file, whatever the run set.
+RUN_KINDS: dict[str, type] = {
+    "run_id": TEXT, "mlflow_run_id": TEXT, "config_hash": TEXT, "seed": INT,
+    **{field: spec.kind for field, spec in FIELDS.items()},
+    **RESOLVED, **CONSTANTS,
+    "final_excess_loss": FLOAT, **{f"final_{column}": FLOAT for column in MEASURED},
+    "epsilon": FLOAT, "delta": FLOAT, **{column: FLOAT for column in theory.THEORY_COLUMNS},
+    "status": TEXT, "error": TEXT, "wall_s": FLOAT, "started_at": TIME, "ended_at": TIME,
+    "package_version": TEXT, "git_commit": TEXT,
+}
+ROUND_KINDS: dict[str, type] = {
+    "run_id": TEXT, "mlflow_run_id": TEXT, "experiment": TEXT, "round": INT, "users_in_round": INT,
+    "excess_loss": FLOAT, "population_loss": FLOAT, "epsilon_spent": FLOAT, "delta_spent": FLOAT, "wall_s": FLOAT,
+    **{column: FLOAT for column in MEASURED},
+}
+KINDS = {**RUN_KINDS, **ROUND_KINDS}
+NOT_A_CHECKOUT = "not a git checkout"
+
+
+@functools.lru_cache(maxsize=1)
+def provenance() -> dict[str, str]:
+    """The installed package's version and the git commit of its source ("+dirty" with
+    uncommitted changes; NOT_A_CHECKOUT where there is none, as in a Ray job's copy)."""
+    try:
+        version = importlib.metadata.version("shuffle-sco")
+    except importlib.metadata.PackageNotFoundError:
+        version = "not installed"
+    source = Path(__file__).resolve().parent
+    try:
+        def git(*args: str) -> str:
+            return subprocess.run(["git", *args], cwd=source, capture_output=True, text=True, check=True,
+                                  timeout=10).stdout.strip()
+
+        commit = git("rev-parse", "HEAD") + ("+dirty" if git("status", "--porcelain", "--", ".") else "")
+    except (OSError, subprocess.SubprocessError):
+        commit = NOT_A_CHECKOUT
+    return {"package_version": version, "git_commit": commit}
+
+
+def _folders(source: str) -> list[tuple[object, str]]:
+    """The results folders a source names, as (Location, folder path): the folder itself
+    and every folder under it that holds a runs table, keeping those a glob matches
+    (a local glob, or wildcards in a URI's path).
+
+    Raises:
+      ConfigError: a URI that cannot be opened, or a source with no results folder.
+    """
+    from urllib.parse import urlsplit, urlunsplit
+
+    from pipeline.tracking.location import open_location
+    from pipeline.tracking.parquet_store import RUNS
+
+    if "://" not in source:
+        matches = sorted(glob.glob(source)) if any(char in source for char in "*?[") else [source]
+        located = [(open_location(match, "source"), "") for match in matches]
+    else:  # wildcards in a URI's path: list from the folder before the first, then match
+        parts = urlsplit(source)
+        components = parts.path.split("/")
+        plain = next((i for i, part in enumerate(components) if any(char in part for char in "*?[")), None)
+        base = source if plain is None else urlunsplit(parts._replace(path="/".join(components[:plain])))
+        location = open_location(base, "source")
+        pattern = "" if plain is None else "/".join([location.root, *components[plain:]]).rstrip("/")
+        located = [(location, pattern)]
+    found = []
+    for location, pattern in located:
+        for table in location.named(RUNS):
+            folder = table.rsplit("/", 1)[0]
+            if not pattern or fnmatch.fnmatch(folder, pattern):
+                found.append((location, folder))
+    if not found:
+        raise ConfigError("source", source, f"holds no results folder (no {RUNS} under it)")
+    return list({location.address(folder): (location, folder) for location, folder in found}.values())
+
+
+def _latest_finished(runs: pd.DataFrame) -> pd.DataFrame:
+    """Each run's latest finished attempt (by ended_at, else the order written)."""
+    done = runs[runs["status"] == "finished"]
+    if "ended_at" in done:
+        done = done.sort_values("ended_at", kind="stable", na_position="first")
+    return done.drop_duplicates(["results_folder", "run_id"], keep="last")
+
+
+def load(source: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Reads every results folder a source names into one runs and one rounds table.
+
+    Args:
+      source: a results folder, a folder holding results folders (searched at
+        any depth), a glob of them, or a URI of any of these (file://, s3://, ...).
+
+    Returns:
+      (runs, rounds): the latest finished attempt of each run of each folder
+      (runs gains `results_folder`, where it was found), and the rounds of
+      exactly those attempts; joined by `mlflow_run_id`. A folder in the
+      layout before 0.2 (single-file tables) is read too.
+
+    Raises:
+      ConfigError: no results folder, or a file that cannot be read (named).
+    """
+    from pipeline.tracking.parquet_store import ROUNDS, RUNS, read_table
+
+    all_runs, all_rounds = [], []
+    for location, folder in _folders(str(source)):
+        runs = read_table(location, f"{folder}/{RUNS}", RUNS)
+        rounds = read_table(location, f"{folder}/{ROUNDS}", ROUNDS)
+        if runs.empty:
+            continue
+        if "mlflow_run_id" not in rounds and not rounds.empty:  # the layout before 0.2: one attempt per run
+            rounds = rounds.merge(runs[["run_id", "mlflow_run_id", "experiment"]], on="run_id")
+        all_runs.append(runs.assign(results_folder=location.address(folder)))
+        all_rounds.append(rounds)
+    if not all_runs:
+        return pd.DataFrame(columns=list(RUN_KINDS)), pd.DataFrame(columns=list(ROUND_KINDS))
+    runs = _latest_finished(pd.concat(all_runs, ignore_index=True))
+    rounds = pd.concat(all_rounds, ignore_index=True)
+    rounds = rounds[rounds["mlflow_run_id"].isin(runs["mlflow_run_id"])]
+    return runs.reset_index(drop=True), rounds.sort_values(["mlflow_run_id", "round"]).reset_index(drop=True)

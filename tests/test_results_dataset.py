@@ -1,0 +1,250 @@
+"""Results that leave the machine (issue 25): a results folder on an S3-compatible
+object store (moto's server on loopback), one dataset across folders with a stable
+schema and a unique run identity, the loader, and the layout before 0.2 migrated."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from pipeline import cli, config, results
+
+GRID = {
+    "experiment": "dataset",
+    "problem": {"name": "quadratic", "dim": 3, "radius": 1.0},
+    "n_users": 300,
+    "optimizer": {"name": "seq_sgd"},
+    "privacy": {"epsilon": 4.0, "delta": 1e-6, "accounting": "tight"},
+    "seeds": [0, 1],
+    "grid": {"optimizer.name": ["seq_sgd", "mean_estimation"]},
+    "execution": {"backend": "local", "shards": 2, "block_size": 64},
+}
+RUNS_IN_GRID = 4
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """An S3-compatible server on loopback (moto), its bucket `results`, and the URI options to reach it."""
+    from moto.server import ThreadedMotoServer
+
+    keys = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+    previous = {key: os.environ.get(key) for key in keys}
+    os.environ.update(keys)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    options = f"endpoint_override={host}:{port}&scheme=http&region=us-east-1"
+    filesystem = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1",
+                                   allow_bucket_creation=True)
+    filesystem.create_dir("results")
+    yield {"options": options, "filesystem": filesystem}
+    server.stop()
+    for key, value in previous.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _config(folder: Path, uri: str, **changes) -> Path:
+    path = folder / "grid.yaml"
+    path.write_text(yaml.safe_dump({**GRID, **changes, "tracking": {"mlflow_uri": uri}}, sort_keys=False))
+    return path
+
+
+def _run(config_path: Path, out: str, *sets: str) -> int:
+    return cli.main(["run", str(config_path), "--out", out, *[arg for item in sets for arg in ("--set", item)]])
+
+
+def test_a_grid_records_into_s3_resumes_there_and_loads_back(tmp_path, s3, new_mlflow_store, capsys, monkeypatch):
+    """`--out s3://...` writes the dataset to the object store (no local folder named after the
+    scheme), a rerun skips every finished run, and pipeline.results.load reads it, also by glob."""
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    out = f"s3://results/team/dataset?{s3['options']}"
+    monkeypatch.chdir(tmp_path)
+    assert _run(_config(tmp_path, uri), out) == 0
+    assert not (tmp_path / "s3:").exists()
+    written = [info.path for info in s3["filesystem"].get_file_info(pafs.FileSelector("results", recursive=True))]
+    parts = [path for path in written if "/runs.parquet/part-" in path]
+    assert len(parts) == RUNS_IN_GRID and any(path.endswith("/ledger.json") for path in written)
+    assert _run(_config(tmp_path, uri), out) == 0
+    assert f"{RUNS_IN_GRID} runs: 0 finished, {RUNS_IN_GRID} skipped, 0 failed" in capsys.readouterr().out
+    runs, rounds = results.load(out)
+    assert len(runs) == RUNS_IN_GRID and set(runs["status"]) == {"finished"}
+    assert set(rounds["mlflow_run_id"]) == set(runs["mlflow_run_id"])
+    final = rounds.sort_values("round").groupby("mlflow_run_id")["excess_loss"].last()
+    assert (final.loc[runs["mlflow_run_id"]].to_numpy() == runs["final_excess_loss"].to_numpy()).all()
+    by_glob, _ = results.load(f"s3://results/team/*?{s3['options']}")
+    assert sorted(by_glob["mlflow_run_id"]) == sorted(runs["mlflow_run_id"])
+
+
+@pytest.mark.parametrize("out, rule", [
+    ("foo://bucket/x", "has an unknown scheme foo://"),
+    ("s3://", "must name a bucket and a folder in it"),
+    ("s3://no-such-bucket/x?{options}", "is not writable"),
+])
+def test_an_output_that_cannot_be_written_is_one_config_error_line_and_nothing_is_written(
+        tmp_path, s3, out, rule, capsys, monkeypatch):
+    """An unknown scheme, no bucket, or a bucket that does not exist: one line, exit 2, before any work."""
+    database = tmp_path / "mlflow.db"
+    monkeypatch.chdir(tmp_path)
+    assert _run(_config(tmp_path, f"sqlite:///{database}"), out.format(options=s3["options"])) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("config error: tracking.out = ") and rule in lines[0], lines
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["grid.yaml"]  # no MLflow store, no folder
+
+
+def test_folders_of_one_grid_load_as_one_dataset_with_a_run_identity_unique_across_them(
+        tmp_path, new_mlflow_store):
+    """The same grid in two folders: the same run_ids, distinct MLflow run ids; joined on the
+    MLflow run id, every round is counted once (a join on run_id would double them)."""
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    for name in ("a", "b"):
+        assert _run(_config(tmp_path, uri), str(tmp_path / "results" / name)) == 0
+    runs, rounds = results.load(tmp_path / "results")
+    assert len(runs) == 2 * RUNS_IN_GRID and runs["mlflow_run_id"].is_unique
+    assert runs["run_id"].nunique() == RUNS_IN_GRID and runs["results_folder"].nunique() == 2
+    per_folder = [pd.read_parquet(tmp_path / "results" / name / "rounds.parquet") for name in ("a", "b")]
+    assert len(rounds) == sum(len(table) for table in per_folder)
+    assert len(rounds.merge(runs[["mlflow_run_id", "results_folder"]], on="mlflow_run_id")) == len(rounds)
+
+
+def test_every_file_of_a_table_has_one_schema_whatever_its_run_sets(tmp_path, new_mlflow_store):
+    """Optional fields left unset are null columns, not missing ones: a run with
+    optimizer.step_size and tracking.round_metrics set, and runs without, write one schema;
+    the runs rows carry the resolved hyperparameters, constants, times and provenance."""
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    out = tmp_path / "out"
+    assert _run(_config(tmp_path, uri), str(out)) == 0
+    assert _run(_config(tmp_path, uri, grid={}, seeds=[7]), str(out), "optimizer.step_size=0.05",
+                "tracking.round_metrics=final") == 0
+    for table in ("runs.parquet", "rounds.parquet"):
+        # The schema without pandas' per-file metadata (its column statistics differ by file).
+        schemas = {str(pq.read_schema(part).remove_metadata()) for part in (out / table).glob("part-*.parquet")}
+        assert len(schemas) == 1, table
+    runs = pd.read_parquet(out / "runs.parquet")
+    assert set(results.RUN_KINDS) <= set(runs.columns)
+    chosen = runs[runs["seed"] == 7].iloc[0]
+    assert chosen["optimizer.step_size"] == 0.05 == chosen["resolved.step_size"]
+    assert runs[runs["seed"] == 0]["optimizer.step_size"].isna().all()
+    assert (runs["problem.L"] == 2.0).all() and (runs["ended_at"] >= runs["started_at"]).all()
+    assert runs["package_version"].notna().all() and runs["git_commit"].str.len().gt(0).all()
+
+
+def test_a_rerun_after_a_failure_keeps_both_attempts_and_the_loader_the_finished_one(tmp_path, new_mlflow_store):
+    """A failed attempt stays in runs.parquet (why it failed is kept); the rerun appends the
+    finished attempt; the loader returns each run once, its latest finished attempt."""
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    out = tmp_path / "out"
+    assert _run(_config(tmp_path, uri), str(out)) == 0
+    victim = sorted((out / "runs.parquet").glob("part-*.parquet"))[0]
+    row = pd.read_parquet(victim).assign(status="failed", error="RuntimeError: on purpose")
+    failed = victim.with_name(victim.name.replace(row["mlflow_run_id"].iloc[0], "0" * 32))
+    row.assign(mlflow_run_id="0" * 32).to_parquet(failed)
+    victim.unlink()  # the run now has a failed attempt only: it is redone
+    assert _run(_config(tmp_path, uri), str(out)) == 0
+    every = pd.read_parquet(out / "runs.parquet")
+    assert len(every) == RUNS_IN_GRID + 1 and (every["status"] == "failed").sum() == 1
+    runs, rounds = results.load(out)
+    assert len(runs) == RUNS_IN_GRID and set(runs["status"]) == {"finished"} and "0" * 32 not in set(runs["mlflow_run_id"])
+    assert set(rounds["mlflow_run_id"]) == set(runs["mlflow_run_id"])
+
+
+def _legacy_layout(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Rewrites a results folder into the layout before 0.2 (as that version wrote it)."""
+    runs, rounds = (pd.read_parquet(out / name) for name in ("runs.parquet", "rounds.parquet"))
+    old_runs = runs[["run_id", "mlflow_run_id", "config_hash", "seed", "experiment", "problem.name", "n_users",
+                     "optimizer.name", "privacy.epsilon", "privacy.delta", "tracking.out", "tracking.mlflow_uri",
+                     "final_excess_loss", "epsilon", "delta", "status", "wall_s"]]
+    old_rounds = rounds.drop(columns=["mlflow_run_id", "experiment", "test_loss", "test_accuracy", "optimum_gap"])
+    for name in ("runs.parquet", "rounds.parquet"):
+        shutil.rmtree(out / name)
+    old_runs.to_parquet(out / "runs.parquet", index=False)
+    old_rounds.to_parquet(out / "rounds.parquet", index=False)
+    (out / "artifacts").rename(out / "runs")  # per-run folders, each with a copy of its rounds
+    for run_id in old_runs["run_id"]:
+        old_rounds[old_rounds["run_id"] == run_id].to_parquet(out / "runs" / run_id / "rounds.parquet", index=False)
+    return old_runs, old_rounds
+
+
+def test_the_layout_before_0_2_is_read_refused_by_run_and_migrated_by_one_command(
+        tmp_path, new_mlflow_store, capsys):
+    """A folder whose tables are single files: the loader reads it, `run` refuses it naming the
+    migrate command, `migrate` converts it keeping every row, and `run` then resumes it."""
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    out = tmp_path / "out"
+    assert _run(_config(tmp_path, uri), str(out)) == 0
+    old_runs, old_rounds = _legacy_layout(out)
+    runs, rounds = results.load(out)
+    assert sorted(runs["mlflow_run_id"]) == sorted(old_runs["mlflow_run_id"]) and len(rounds) == len(old_rounds)
+    capsys.readouterr()
+    assert _run(_config(tmp_path, uri), str(out)) == 2
+    assert f"python -m pipeline migrate {out}" in capsys.readouterr().err
+    assert cli.main(["migrate", str(out)]) == 0
+    assert sorted(path.name for path in out.iterdir() if not path.name.startswith(".")) == [
+        "artifacts", "rounds.parquet", "runs.parquet"]
+    assert {path.name for path in (out / "artifacts" / old_runs["run_id"].iloc[0]).iterdir()} == {
+        "ledger.json", "config.yaml"}
+    migrated, migrated_rounds = results.load(out)
+    assert sorted(migrated["mlflow_run_id"]) == sorted(old_runs["mlflow_run_id"])
+    assert len(migrated_rounds) == len(old_rounds)
+    capsys.readouterr()
+    assert _run(_config(tmp_path, uri), str(out)) == 0
+    assert f"{RUNS_IN_GRID} skipped" in capsys.readouterr().out
+
+
+def test_the_mlflow_store_comes_from_the_config_else_mlflow_tracking_uri(monkeypatch):
+    """tracking.mlflow_uri, else MLflow's own MLFLOW_TRACKING_URI, else the embedded SQLite file."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert config.expand(dict(GRID))[0]["tracking.mlflow_uri"] == "sqlite:///mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5999")
+    assert config.expand(dict(GRID))[0]["tracking.mlflow_uri"] == "http://127.0.0.1:5999"
+    chosen = {**GRID, "tracking": {"mlflow_uri": "sqlite:///chosen.db"}}
+    assert config.expand(chosen)[0]["tracking.mlflow_uri"] == "sqlite:///chosen.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///:memory:")
+    with pytest.raises(config.ConfigError, match="MLFLOW_TRACKING_URI"):
+        config.expand(dict(GRID))
+
+
+def test_the_summary_prints_the_experiments_runs_table_address(tmp_path, new_mlflow_store, capsys):
+    """The MLflow 3.17 UI opens GenAI traces unless the address asks for the runs table."""
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    assert _run(_config(tmp_path, uri, grid={}, seeds=[0]), str(tmp_path / "out")) == 0
+    printed = capsys.readouterr().out
+    assert "http://127.0.0.1:5000/#/experiments/1?workflowType=machine_learning" in printed
+    assert f"pipeline.results.load({str(tmp_path / 'out')!r}) reads both" in printed
+
+
+@pytest.mark.parametrize("damage, rule", [
+    (lambda part: part.write_bytes(part.read_bytes()[:100]), "is damaged and cannot be read"),
+    (lambda part: pd.DataFrame({"x": [1]}).to_parquet(part), "lacks the column(s) run_id, mlflow_run_id, status"),
+])
+def test_the_loader_names_a_damaged_or_foreign_file_and_what_to_do(tmp_path, new_mlflow_store, damage, rule):
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    out = tmp_path / "out"
+    assert _run(_config(tmp_path, uri, grid={}, seeds=[0]), str(out)) == 0
+    part = next((out / "runs.parquet").glob("part-*.parquet"))
+    damage(part)
+    with pytest.raises(config.ConfigError) as refused:
+        results.load(out)
+    assert str(part) in str(refused.value) and rule in str(refused.value) and "move it aside" in str(refused.value)
+
+
+def test_a_finished_attempt_whose_rounds_were_moved_aside_is_redone(tmp_path, new_mlflow_store, capsys):
+    """What the damaged-rounds advice says holds: without its rounds part, a run is not finished."""
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    out = tmp_path / "out"
+    assert _run(_config(tmp_path, uri), str(out)) == 0
+    moved = next((out / "rounds.parquet").glob("part-*.parquet"))
+    moved.rename(tmp_path / moved.name)
+    capsys.readouterr()
+    assert _run(_config(tmp_path, uri), str(out)) == 0
+    assert f"{RUNS_IN_GRID} runs: 1 finished, {RUNS_IN_GRID - 1} skipped, 0 failed" in capsys.readouterr().out
+    runs, rounds = results.load(out)
+    assert len(runs) == RUNS_IN_GRID and set(rounds["mlflow_run_id"]) == set(runs["mlflow_run_id"])
