@@ -1,11 +1,15 @@
-"""The cluster workflow end to end: a Ray cluster started on loopback
-(`ray start --head`), an MLflow tracking server (`mlflow server`, SQLite
-backend, bound to 127.0.0.1), `ray job submit --working-dir` of a grid, and
-the runs, metric histories and artifacts checked through MLflow's REST API."""
+"""The cluster workflow end to end: a Ray cluster of three nodes started on
+loopback (`ray start --head`, then two workers with `ray start --address`), an
+S3-compatible object store (moto's server) for the results, an MLflow tracking
+server (`mlflow server`, SQLite backend, bound to 127.0.0.1), `ray job submit
+--working-dir` of a grid with `--out s3://...`, a worker node's raylet killed
+during the job, the job submitted again, and every run found exactly once in
+the dataset (pipeline.results.load of the S3 URI) and in MLflow (its REST API)."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -15,7 +19,6 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import ray
 
@@ -55,12 +58,29 @@ def _wait_until_answering(url: str, what: str, seconds: float = 120.0) -> None:
 
 
 @pytest.fixture(scope="module")
-def loopback_cluster(tmp_path_factory, new_mlflow_store):
-    """A Ray head node and an MLflow server on 127.0.0.1, torn down after."""
+def object_store():
+    """An S3-compatible server on loopback (moto) with the bucket `results`; the URI options to reach it."""
+    import pyarrow.fs as pafs
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    keys = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+    pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1", access_key="test",
+                      secret_key="test", allow_bucket_creation=True).create_dir("results")
+    yield {"keys": keys, "options": f"endpoint_override={host}:{port}&scheme=http&region=us-east-1"}
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def loopback_cluster(tmp_path_factory, new_mlflow_store, object_store):
+    """A Ray cluster of a head and two worker nodes and an MLflow server on 127.0.0.1, torn down after."""
     if ray.is_initialized():
         ray.shutdown()  # one Ray per process: the job runs on the cluster below
     root = tmp_path_factory.mktemp("cluster")
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+    # The nodes' processes (the job's driver among them) reach the object store with these keys.
+    env = {**os.environ, **object_store["keys"], "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
            "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
     env.pop("RAY_ADDRESS", None)
     mlflow_port, gcs_port, dashboard_port = _free_port(), _free_port(), _free_port()
@@ -75,49 +95,111 @@ def loopback_cluster(tmp_path_factory, new_mlflow_store):
          "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1", "--num-cpus=2",
          "--include-dashboard=true", "--disable-usage-stats"],
         env=env, capture_output=True, text=True, timeout=120)
+    # Two worker nodes, each with its own CPU and raylet (found by its node manager port, to be killed).
+    worker_ports = [_free_port(), _free_port()]
+    workers = [subprocess.run(
+        [str(BIN / "ray"), "start", f"--address=127.0.0.1:{gcs_port}", "--node-ip-address=127.0.0.1",
+         "--num-cpus=1", f"--node-manager-port={port}", "--disable-usage-stats"],
+        env=env, capture_output=True, text=True, timeout=120) for port in worker_ports]
     try:
         assert started.returncode == 0, started.stderr
+        assert all(worker.returncode == 0 for worker in workers), [worker.stderr[-2000:] for worker in workers]
         url, dashboard = f"http://127.0.0.1:{mlflow_port}", f"http://127.0.0.1:{dashboard_port}"
         # Both servers start in the background: wait until each answers (any HTTP reply, even a 401).
         _wait_until_answering(url + "/health", "mlflow server")
         _wait_until_answering(dashboard + "/api/version", "Ray dashboard (job API)")
-        yield {"env": env, "mlflow": url, "dashboard": dashboard, "root": root}
+        yield {"env": env, "mlflow": url, "dashboard": dashboard, "root": root, "worker_ports": worker_ports,
+               "store": object_store}
     finally:
         subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
         server.terminate()
         server.wait(timeout=30)
 
 
-def test_ray_job_submit_runs_a_grid_into_the_tracking_server(loopback_cluster):
-    cluster = loopback_cluster
-    out = cluster["root"] / "results"
+def _submit(cluster: dict, out: str, *, wait: bool = True) -> subprocess.CompletedProcess:
+    """`ray job submit` of the quickstart's grid (2 runs) into `out` and the tracking server."""
     # The head's job agent registers after the dashboard answers; Ray waits 10 s for it and then
     # refuses the job ("No available agent to submit job, please try again later"): try again.
     deadline = time.time() + 120
     while True:
         submitted = subprocess.run(
-            [str(BIN / "ray"), "job", "submit", "--working-dir", str(ROOT), "--",
-             "python", "-m", "pipeline", "run", "experiments/quickstart.yaml", "--set", "n_users=20000",
+            [str(BIN / "ray"), "job", "submit", *([] if wait else ["--no-wait"]), "--working-dir", str(ROOT), "--",
+             "python", "-m", "pipeline", "run", "experiments/quickstart.yaml", "--set", "n_users=200000",
              "--set", "grid.privacy.accounting=[tight]", "--set", "grid.privacy.epsilon=[8]",
-             "--out", str(out),
-             "--set", f"tracking.mlflow_uri={cluster['mlflow']}"],
+             "--out", out, "--set", f"tracking.mlflow_uri={cluster['mlflow']}"],
             cwd=ROOT, env={**cluster["env"], "RAY_ADDRESS": cluster["dashboard"]},
             capture_output=True, text=True, timeout=600)
         if "No available agent" not in submitted.stdout + submitted.stderr or time.time() > deadline:
-            break
+            return submitted
         time.sleep(2)
-    assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
-    assert "2 runs: 2 finished, 0 skipped, 0 failed" in submitted.stdout
 
-    runs = pd.read_parquet(out / "runs.parquet")
-    assert len(runs) == 2 and set(runs["status"]) == {"finished"}
 
-    # Everything a user sees in the UI, through the server's REST API.
+def _kill_raylet(node_manager_port: int) -> int:
+    """SIGKILLs the raylet of the node started with this node manager port; returns its pid."""
+    import psutil
+
+    for process in psutil.process_iter(["name", "cmdline"]):
+        if "raylet" in (process.info["name"] or "") and \
+                f"--node_manager_port={node_manager_port}" in " ".join(process.info["cmdline"] or []):
+            process.kill()
+            return process.pid
+    raise AssertionError(f"no raylet with node manager port {node_manager_port}")
+
+
+def _job_status(cluster: dict, job_id: str) -> str:
+    """A submitted job's status word (PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED)."""
+    shown = subprocess.run([str(BIN / "ray"), "job", "status", job_id], cwd=ROOT,
+                           env={**cluster["env"], "RAY_ADDRESS": cluster["dashboard"]},
+                           capture_output=True, text=True, timeout=60)
+    text = (shown.stdout + shown.stderr).upper()  # a running job is "RUNNING", an ended one "succeeded" etc.
+    return next((word for word in ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED") if word in text),
+                text[-500:])
+
+
+def _wait_for(cluster: dict, job_id: str, statuses: tuple[str, ...], seconds: float = 120.0) -> str:
+    deadline = time.time() + seconds
+    while (status := _job_status(cluster, job_id)) not in statuses:
+        assert time.time() < deadline, f"job {job_id} still {status or 'unknown'} after {seconds:.0f} s"
+        time.sleep(1)
+    return status
+
+
+def test_ray_job_submit_runs_a_grid_into_object_storage_through_a_node_failure(loopback_cluster):
+    cluster = loopback_cluster
+    out = f"s3://results/cluster/quickstart?{cluster['store']['options']}"
+    first = _submit(cluster, out, wait=False)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    job_id = re.search(r"raysubmit_\w+", first.stdout + first.stderr).group(0)
+    # While the first job runs, a worker node dies (its raylet, and with it the actors it hosted);
+    # the job ends as it may (its runs finished, redone by Ray's actor restarts, or failed).
+    assert _wait_for(cluster, job_id, ("RUNNING",)) == "RUNNING"
+    time.sleep(5)  # past start-up and planning: the runs are executing
+    _kill_raylet(cluster["worker_ports"][0])
+    _wait_for(cluster, job_id, ("SUCCEEDED", "FAILED", "STOPPED"))
+    again = _submit(cluster, out)  # what the first job finished is skipped; the rest is redone
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    counts = re.search(r"2 runs: (\d+) finished, (\d+) skipped, 0 failed", again.stdout)
+    assert counts and int(counts[1]) + int(counts[2]) == 2, again.stdout[-3000:]
+
+    from pipeline import results
+
+    from pipeline.tracking.location import open_location
+
+    runs, rounds = results.load(out)
+    assert len(runs) == 2 and runs["run_id"].is_unique and set(runs["status"]) == {"finished"}
+    assert set(rounds["mlflow_run_id"]) == set(runs["mlflow_run_id"])
+    store = open_location(out)
+    for run_id in runs["run_id"]:
+        assert {path.rsplit("/", 1)[1] for path in store.files(store.path("artifacts", run_id))} == {
+            "ledger.json", "config.yaml"}
+
+    # Everything a user sees in the UI, through the server's REST API: each run once, the dataset's attempt.
     api = cluster["mlflow"] + "/api/2.0/mlflow"
     experiment = _get(api + "/experiments/get-by-name?experiment_name=quickstart")["experiment"]
-    found = _post(api + "/runs/search", {"experiment_ids": [experiment["experiment_id"]], "max_results": 100})
+    found = _post(api + "/runs/search", {"experiment_ids": [experiment["experiment_id"]], "max_results": 100,
+                                         "filter": "attributes.status = 'FINISHED'"})
     mlflow_runs = found["runs"]
-    assert len(mlflow_runs) == 2 and {r["info"]["status"] for r in mlflow_runs} == {"FINISHED"}
+    assert len(mlflow_runs) == 2
     assert {r["info"]["run_id"] for r in mlflow_runs} == set(runs["mlflow_run_id"])
     sgd = next(r for r in mlflow_runs
                if any(p["key"] == "optimizer.name" and p["value"] == "seq_sgd" for p in r["data"]["params"]))
