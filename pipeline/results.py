@@ -131,12 +131,15 @@ def load(source: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     Raises:
       ConfigError: no results folder, or a file that cannot be read (named).
     """
-    from pipeline.tracking.parquet_store import ROUNDS, RUNS, read_table
+    from pipeline.tracking.parquet_store import ROUNDS, RUNS, DamagedTable, read_table
 
     all_runs, all_rounds = [], []
     for location, folder in _folders(str(source)):
-        runs = read_table(location, f"{folder}/{RUNS}", RUNS)
-        rounds = read_table(location, f"{folder}/{ROUNDS}", ROUNDS)
+        try:
+            runs = read_table(location, f"{folder}/{RUNS}", RUNS)
+            rounds = read_table(location, f"{folder}/{ROUNDS}", ROUNDS)
+        except DamagedTable as damaged:
+            raise ConfigError("source", location.address(damaged.path), f"{damaged.problem}: move it aside") from None
         if runs.empty:
             continue
         if "mlflow_run_id" not in rounds and not rounds.empty:  # the layout before 0.2: one attempt per run

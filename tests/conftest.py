@@ -52,6 +52,34 @@ def new_mlflow_store(_empty_mlflow_db):
     return make
 
 
+@pytest.fixture(scope="session")
+def s3_server():
+    """An S3-compatible server on loopback (moto's), once per test run: (URI options, a pyarrow
+    S3FileSystem on it that may create buckets). moto keeps buckets per process, so each test
+    module creates and uses a bucket of its own. The AWS keys it accepts are set for the run."""
+    import os
+
+    import pyarrow.fs as pafs
+    from moto.server import ThreadedMotoServer
+
+    keys = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+    previous = {key: os.environ.get(key) for key in keys}
+    os.environ.update(keys)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    filesystem = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1",
+                                   allow_bucket_creation=True)
+    yield {"options": f"endpoint_override={host}:{port}&scheme=http&region=us-east-1", "filesystem": filesystem,
+           "keys": keys}
+    server.stop()
+    for key, value in previous.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 # Commands whose output some tests only read, and which depend on nothing else: the
 # experiment scripts' --quick runs (tests/test_accounting_figures.py, test_randomizer_figures.py:
 # ~25 s and ~50 s of one core), the benchmarks' smoke run (tests/test_bench_smoke.py, ~20 s), the

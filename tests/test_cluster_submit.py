@@ -58,19 +58,10 @@ def _wait_until_answering(url: str, what: str, seconds: float = 120.0) -> None:
 
 
 @pytest.fixture(scope="module")
-def object_store():
-    """An S3-compatible server on loopback (moto) with the bucket `results`; the URI options to reach it."""
-    import pyarrow.fs as pafs
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    keys = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
-    pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1", access_key="test",
-                      secret_key="test", allow_bucket_creation=True).create_dir("results")
-    yield {"keys": keys, "options": f"endpoint_override={host}:{port}&scheme=http&region=us-east-1"}
-    server.stop()
+def object_store(s3_server):
+    """The loopback S3 server (conftest) with this module's bucket `cluster`."""
+    s3_server["filesystem"].create_dir("cluster")
+    return s3_server
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +157,7 @@ def _wait_for(cluster: dict, job_id: str, statuses: tuple[str, ...], seconds: fl
 
 def test_ray_job_submit_runs_a_grid_into_object_storage_through_a_node_failure(loopback_cluster):
     cluster = loopback_cluster
-    out = f"s3://results/cluster/quickstart?{cluster['store']['options']}"
+    out = f"s3://cluster/results/quickstart?{cluster['store']['options']}"
     first = _submit(cluster, out, wait=False)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     job_id = re.search(r"raysubmit_\w+", first.stdout + first.stderr).group(0)

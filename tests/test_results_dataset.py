@@ -3,7 +3,6 @@ object store (moto's server on loopback), one dataset across folders with a stab
 schema and a unique run identity, the loader, and the layout before 0.2 migrated."""
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -29,27 +28,10 @@ RUNS_IN_GRID = 4
 
 
 @pytest.fixture(scope="module")
-def s3():
-    """An S3-compatible server on loopback (moto), its bucket `results`, and the URI options to reach it."""
-    from moto.server import ThreadedMotoServer
-
-    keys = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
-    previous = {key: os.environ.get(key) for key in keys}
-    os.environ.update(keys)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    options = f"endpoint_override={host}:{port}&scheme=http&region=us-east-1"
-    filesystem = pafs.S3FileSystem(endpoint_override=f"{host}:{port}", scheme="http", region="us-east-1",
-                                   allow_bucket_creation=True)
-    filesystem.create_dir("results")
-    yield {"options": options, "filesystem": filesystem}
-    server.stop()
-    for key, value in previous.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+def s3(s3_server):
+    """The loopback S3 server (conftest) with this module's bucket `dataset`."""
+    s3_server["filesystem"].create_dir("dataset")
+    return s3_server
 
 
 def _config(folder: Path, uri: str, **changes) -> Path:
@@ -66,11 +48,11 @@ def test_a_grid_records_into_s3_resumes_there_and_loads_back(tmp_path, s3, new_m
     """`--out s3://...` writes the dataset to the object store (no local folder named after the
     scheme), a rerun skips every finished run, and pipeline.results.load reads it, also by glob."""
     uri = new_mlflow_store(tmp_path / "mlflow.db")
-    out = f"s3://results/team/dataset?{s3['options']}"
+    out = f"s3://dataset/team/quick?{s3['options']}"
     monkeypatch.chdir(tmp_path)
     assert _run(_config(tmp_path, uri), out) == 0
     assert not (tmp_path / "s3:").exists()
-    written = [info.path for info in s3["filesystem"].get_file_info(pafs.FileSelector("results", recursive=True))]
+    written = [info.path for info in s3["filesystem"].get_file_info(pafs.FileSelector("dataset", recursive=True))]
     parts = [path for path in written if "/runs.parquet/part-" in path]
     assert len(parts) == RUNS_IN_GRID and any(path.endswith("/ledger.json") for path in written)
     assert _run(_config(tmp_path, uri), out) == 0
@@ -80,7 +62,7 @@ def test_a_grid_records_into_s3_resumes_there_and_loads_back(tmp_path, s3, new_m
     assert set(rounds["mlflow_run_id"]) == set(runs["mlflow_run_id"])
     final = rounds.sort_values("round").groupby("mlflow_run_id")["excess_loss"].last()
     assert (final.loc[runs["mlflow_run_id"]].to_numpy() == runs["final_excess_loss"].to_numpy()).all()
-    by_glob, _ = results.load(f"s3://results/team/*?{s3['options']}")
+    by_glob, _ = results.load(f"s3://dataset/team/*?{s3['options']}")
     assert sorted(by_glob["mlflow_run_id"]) == sorted(runs["mlflow_run_id"])
 
 

@@ -77,11 +77,6 @@ class Location:
             if os.path.exists(temporary):
                 os.unlink(temporary)
 
-    def read(self, path: str) -> bytes:
-        """A file's bytes."""
-        with self.filesystem.open_input_stream(path) as stream:
-            return stream.read()
-
     def files(self, folder: str, suffix: str = "") -> list[str]:
         """The paths of the files under `folder` (recursively) whose names end in `suffix`; [] if none."""
         selector = pafs.FileSelector(folder, allow_not_found=True, recursive=True)

@@ -22,8 +22,6 @@ import io
 import os
 import posixpath
 from pathlib import Path
-from typing import Iterable
-
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -37,8 +35,6 @@ FAILED = "failed"
 RUNS, ROUNDS, ARTIFACTS = "runs.parquet", "rounds.parquet", "artifacts"
 # The lock file that one run holds on a local results folder (left in place: deleting it would race).
 LOCK_NAME = ".lock"
-# Columns without which a runs table cannot say which runs are done.
-REQUIRED_COLUMNS = ("run_id", "status")
 MIGRATE_HINT = "python -m pipeline migrate"
 _WHAT_TO_DO = "move it aside (the runs it recorded are then redone), then rerun"
 # Arrow types of the columns' Python kinds: every file of a table has one schema, null where unset.
@@ -95,24 +91,44 @@ def _part_name(run_id: str, attempt: str) -> str:
 NEEDED = {RUNS: ("run_id", "mlflow_run_id", "status"), ROUNDS: ("run_id", "round")}
 
 
+class DamagedTable(Exception):
+    """A file of a table that cannot be read, or that is not one of this pipeline's tables.
+
+    Args:
+      path: the file, on its file system.
+      problem: what is wrong with it, e.g. "is damaged and cannot be read (...)".
+    """
+
+    def __init__(self, path: str, problem: str):
+        self.path, self.problem = path, problem
+        super().__init__(f"{path} {problem}")
+
+
 def read_table(location: Location, path: str, name: str) -> pd.DataFrame:
-    """A table for readers (pipeline.results.load): one Parquet file (the layout before 0.2), or a folder of part files.
+    """A table: a folder of part files, or one Parquet file (the layout before 0.2).
+
+    Args:
+      location: the file system.
+      path: the table's folder (or file).
+      name: RUNS or ROUNDS (the columns it needs).
+
+    Returns:
+      Its rows; empty if there are none.
 
     Raises:
-      ConfigError: a file that is damaged, or not one of this pipeline's tables, named.
+      DamagedTable: the first file that is damaged, or lacks a column of NEEDED.
     """
     single = location.kind(path) == pa.fs.FileType.File
     tables = []
     for file in [path] if single else location.files(path, ".parquet"):
         try:
             table = pq.read_table(file, filesystem=location.filesystem)
-        except Exception as error:  # pyarrow raises ArrowInvalid, OSError and more for a damaged file
-            raise ConfigError("source", location.address(file), f"is damaged and cannot be read "
-                              f"({str(error).strip().splitlines()[0]}): move it aside") from None
+        except Exception as err:  # pyarrow raises ArrowInvalid, OSError and more for a damaged file
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise DamagedTable(file, f"is damaged and cannot be read ({reason})") from None
         missing = [column for column in NEEDED[name] if column not in table.column_names]
         if missing:
-            raise ConfigError("source", location.address(file), f"lacks the column(s) {', '.join(missing)}: it is "
-                              f"not a {name} table of this pipeline; move it aside")
+            raise DamagedTable(file, f"lacks the column(s) {', '.join(missing)}, so it is not this pipeline's {name}")
         tables.append(table)
     return pa.concat_tables(tables, promote_options="permissive").to_pandas() if tables else pd.DataFrame()
 
@@ -204,31 +220,17 @@ class ParquetStore:
             raise ConfigError("tracking.out", self.shown, f"{name} is not a folder: {_WHAT_TO_DO}")
         return path
 
-    def _read_parts(self, name: str, columns: Iterable[str] | None = None) -> pd.DataFrame:
+    def _read_parts(self, name: str) -> pd.DataFrame:
         """A table's part files, read; empty if there are none.
 
         Raises:
           ConfigError: a part that is not a readable Parquet file with the columns it needs, named.
         """
-        folder = self._table_folder(name)
-        frames = []
-        for path in self.location.files(folder):
-            shown = f"{name}/{posixpath.basename(path)}"
-            try:
-                table = pq.read_table(path, filesystem=self.location.filesystem)
-            except Exception as err:  # pyarrow raises ArrowInvalid, OSError and more for a damaged file
-                reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-                raise ConfigError("tracking.out", self.shown,
-                                  f"{shown} is damaged and cannot be read ({reason}): {_WHAT_TO_DO}") from None
-            missing = [column for column in REQUIRED_COLUMNS if column not in table.column_names]
-            if name == RUNS and missing:
-                raise ConfigError("tracking.out", self.shown,
-                                  f"{shown} lacks the column(s) {', '.join(missing)}, so it is not this pipeline's "
-                                  f"table: {_WHAT_TO_DO}")
-            frames.append(table.select(list(columns)) if columns else table)
-        if not frames:
-            return pd.DataFrame()
-        return pa.concat_tables(frames, promote_options="permissive").to_pandas()
+        try:
+            return read_table(self.location, self._table_folder(name), name)
+        except DamagedTable as damaged:
+            raise ConfigError("tracking.out", self.shown, f"{name}/{posixpath.basename(damaged.path)} "
+                                                          f"{damaged.problem}: {_WHAT_TO_DO}") from None
 
     def check_readable(self) -> None:
         """Refuses, before any work, a folder whose runs table cannot be read whole, whose
