@@ -58,7 +58,7 @@ def slope_interval(n_users: np.ndarray, losses: list[np.ndarray]) -> tuple[float
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
-def _read(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _read(out: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The folder's finished runs (each run's latest finished attempt) and their rounds (pipeline.results.load)."""
     from pipeline import results
 
@@ -77,7 +77,7 @@ def _read(out: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def tracking_of(out: str | Path) -> tuple[str, str]:
     """The MLflow URI and experiment the folder's runs were logged to."""
-    runs, _ = _read(Path(out))
+    runs, _ = _read(out)
     first = runs.iloc[0]
     return first["tracking.mlflow_uri"], first["experiment"]
 
@@ -206,10 +206,11 @@ def _accuracy_vs_epsilon(runs: pd.DataFrame, axes) -> pd.DataFrame:
 
 
 def build_report(out: str | Path) -> list[Path]:
-    """Draws the report's figures into OUT/report/.
+    """Draws the report's figures into OUT/report/ (a local folder), or into ./report/ where
+    OUT is a URI (figures are drawn locally; the MLflow report run carries them anywhere).
 
     Args:
-      out: a results folder.
+      out: a results folder: a path, or a URI pipeline.results.load reads.
 
     Returns:
       The files written (PNG figures, slopes.csv, and on datasets with held-out
@@ -218,9 +219,8 @@ def build_report(out: str | Path) -> list[Path]:
     Raises:
       ConfigError: the folder holds no finished runs.
     """
-    out = Path(out)
     runs, rounds = _read(out)
-    folder = out / "report"
+    folder = (Path.cwd() if "://" in str(out) else Path(out)) / "report"  # never a local folder named "s3:"
     folder.mkdir(exist_ok=True)
     written = []
     slopes = None

@@ -64,6 +64,11 @@ def test_a_grid_records_into_s3_resumes_there_and_loads_back(tmp_path, s3, new_m
     assert (final.loc[runs["mlflow_run_id"]].to_numpy() == runs["final_excess_loss"].to_numpy()).all()
     by_glob, _ = results.load(f"s3://dataset/team/*?{s3['options']}")
     assert sorted(by_glob["mlflow_run_id"]) == sorted(runs["mlflow_run_id"])
+    # The report reads the object store too, and draws its figures locally, into ./report/.
+    capsys.readouterr()
+    assert cli.main(["report", out]) == 0
+    printed = capsys.readouterr().out
+    assert str(tmp_path / "report" / "excess_vs_n.png") in printed and not (tmp_path / "s3:").exists()
 
 
 @pytest.mark.parametrize("out, rule", [
