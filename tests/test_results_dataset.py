@@ -235,3 +235,75 @@ def test_a_finished_attempt_whose_rounds_were_moved_aside_is_redone(tmp_path, ne
     assert f"{RUNS_IN_GRID} runs: 1 finished, {RUNS_IN_GRID - 1} skipped, 0 failed" in capsys.readouterr().out
     runs, rounds = results.load(out)
     assert len(runs) == RUNS_IN_GRID and set(rounds["mlflow_run_id"]) == set(runs["mlflow_run_id"])
+
+
+def test_one_driver_at_a_time_on_an_object_store_prefix(tmp_path, s3, new_mlflow_store, capsys, monkeypatch):
+    """A second driver on a prefix whose lease is live is refused in one line before any work
+    (so two drivers cannot both run a run, nor end each other's MLflow runs); the lease goes
+    with its driver, and a lease left unrenewed by a dead driver is taken over."""
+    from pipeline.tracking import lease as leases
+    from pipeline.tracking.parquet_store import ParquetStore
+
+    out = f"s3://dataset/leased/folder?{s3['options']}"
+    first = ParquetStore(out)
+    first.lock()
+    try:
+        assert ParquetStore(out).held_elsewhere()
+        monkeypatch.chdir(tmp_path)
+        status = _run(_config(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}"), out)
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert status == 2 and len(lines) == 1 and "another driver holds this results folder" in lines[0], lines
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["grid.yaml"]  # no MLflow store made
+        with pytest.raises(config.ConfigError, match="another driver holds"):
+            ParquetStore(out).lock()
+    finally:
+        first.unlock()
+    assert not ParquetStore(out).held_elsewhere()
+    # A dead driver's lease: renewed longer ago than TTL_S. It is taken over, then released.
+    location = ParquetStore(out).location
+    location.write(location.path(leases.LEASE_NAME), b'{"holder": "dead", "host": "h", "pid": 1, "renewed": 0}')
+    assert not ParquetStore(out).held_elsewhere()
+    uri = new_mlflow_store(tmp_path / "mlflow2.db")
+    assert _run(_config(tmp_path, uri, grid={}, seeds=[0]), out) == 0
+    assert not ParquetStore(out).held_elsewhere()
+
+
+def test_a_held_lease_is_renewed_and_two_writers_agree_on_one_holder(s3):
+    """The holder rewrites its lease while it runs; of two drivers that both find no lease and
+    write theirs, the store keeps one, and after the settle only its writer goes on."""
+    import threading
+    import time
+
+    from pipeline.tracking.lease import Lease
+    from pipeline.tracking.location import open_location
+
+    location = open_location(f"s3://dataset/renewed?{s3['options']}")
+    held = Lease(location, renew_s=0.05, settle_s=0.0)
+    held.acquire()
+    try:
+        first = held.live()["renewed"]
+        time.sleep(0.3)
+        assert held.live()["renewed"] > first and held.live()["holder"] == held.holder
+    finally:
+        held.release()
+    assert held.live() is None
+    # Two drivers starting together on a free prefix: exactly one holds it, every time.
+    for attempt in range(5):
+        rivals = [Lease(location, settle_s=0.3) for _ in range(2)]
+        start, won = threading.Barrier(2), []
+
+        def take(lease):
+            start.wait()
+            try:
+                lease.acquire()
+                won.append(lease)
+            except config.ConfigError:
+                pass
+
+        threads = [threading.Thread(target=take, args=(lease,)) for lease in rivals]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(won) == 1, attempt
+        won[0].release()

@@ -163,20 +163,26 @@ class ParquetStore:
         check_writable(self.location)
 
     def lock(self) -> None:
-        """Takes a local folder's lock for this process, creating the folder; kept until `unlock`.
+        """Takes the folder for this driver until `unlock`: a local folder's lock file, or
+        an object store's lease (pipeline.tracking.lease); creates a local folder.
 
-        Two drivers recording into one folder would run the same runs twice:
-        the second is refused at once. On an object store there is no lock;
-        two drivers there each write their own attempts, which the loader
-        keeps once each (the latest finished).
+        Two drivers recording into one folder would run the same runs twice
+        (and end each other's MLflow runs): the second is refused at once.
 
         Raises:
-          ConfigError: another process holds the folder, or the folder cannot
+          ConfigError: another driver holds the folder, or the folder cannot
             be written.
         """
         from filelock import FileLock, Timeout  # a well-kept lock (flock on POSIX), loaded where it is needed
 
-        if self._lock is not None or self.lock_path is None:  # held already, or nothing to hold
+        if self._lock is not None:  # held already: a second flock of ours would refuse ourselves
+            return
+        if self.lock_path is None:
+            from pipeline.tracking.lease import Lease
+
+            lease = Lease(self.location)
+            lease.acquire()
+            self._lock = lease
             return
         lock = FileLock(self.lock_path, timeout=0)
         try:
@@ -195,14 +201,18 @@ class ParquetStore:
         self._lock = lock
 
     def unlock(self) -> None:
-        """Releases the lock taken by `lock` (nothing if none)."""
+        """Releases the lock or lease taken by `lock` (nothing if none)."""
         if self._lock is not None:
             self._lock.release()
             self._lock = None
 
     def held_elsewhere(self) -> bool:
-        """Whether a local folder has a lock file (another run may hold it: `lock` says)."""
-        return self.lock_path is not None and self.lock_path.is_file()
+        """Whether another driver may hold the folder (a local lock file, or a live lease): `lock` says."""
+        if self.lock_path is not None:
+            return self.lock_path.is_file()
+        from pipeline.tracking.lease import Lease
+
+        return Lease(self.location).live() is not None
 
     def _table_folder(self, name: str) -> str:
         """A table's folder; refuses a file in its place (a folder of the layout before 0.2, or a foreign file).

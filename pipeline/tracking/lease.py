@@ -1,0 +1,103 @@
+"""One driver at a time on a results folder of an object store: a lease object, renewed.
+
+An object store has no file lock and no create-if-absent in pyarrow.fs, so a
+driver writes OUT/.lease.json naming itself, waits SETTLE_S, and reads it back:
+a rival that found no lease has written its own by then, and of two writers
+the store keeps the last, so both read the same holder and one goes on. The
+holder renews the lease every RENEW_S; a lease not renewed for TTL_S is a dead
+driver's and may be taken over. This is a lease, not consensus: a driver that
+stalls more than SETTLE_S between finding no lease and writing its own could
+still meet a rival, and clocks that differ by more than TTL_S misjudge staleness.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+
+from pipeline.errors import ConfigError
+from pipeline.tracking.location import Location
+
+LEASE_NAME = ".lease.json"
+TTL_S = 120.0  # seconds without renewal after which a lease is a dead driver's
+RENEW_S = 20.0  # the holder rewrites its lease this often
+SETTLE_S = 1.0  # from writing the lease to reading it back
+
+
+class Lease:
+    """The lease of one results folder for this driver.
+
+    Args:
+      location: the results folder.
+      ttl_s, renew_s, settle_s: see the module's constants.
+    """
+
+    def __init__(self, location: Location, ttl_s: float = TTL_S, renew_s: float = RENEW_S,
+                 settle_s: float = SETTLE_S):
+        self.location, self.path = location, location.path(LEASE_NAME)
+        self.ttl_s, self.renew_s, self.settle_s = ttl_s, renew_s, settle_s
+        self.holder = uuid.uuid4().hex
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def _read(self) -> dict | None:
+        """The lease as written, or None if there is none (or it is not one)."""
+        try:
+            with self.location.filesystem.open_input_stream(self.path) as stream:
+                lease = json.loads(stream.read())
+        except (FileNotFoundError, ValueError):
+            return None
+        return lease if isinstance(lease, dict) and "holder" in lease else None
+
+    def _write(self) -> None:
+        lease = {"holder": self.holder, "host": socket.gethostname(), "pid": os.getpid(), "renewed": time.time()}
+        self.location.write(self.path, json.dumps(lease).encode())
+
+    def _refuse(self, lease: dict) -> ConfigError:
+        return ConfigError("tracking.out", self.location.shown,
+                           f"another driver holds this results folder (lease {LEASE_NAME}: host {lease.get('host')}, "
+                           f"pid {lease.get('pid')}, renewed {time.time() - lease.get('renewed', 0):.0f} s ago; "
+                           f"it is taken over {self.ttl_s:.0f} s after its last renewal); wait for it to end, "
+                           "or record into another folder (--out)")
+
+    def live(self) -> dict | None:
+        """The lease of a live driver (renewed within TTL_S), or None."""
+        held = self._read()
+        return held if held is not None and time.time() - held.get("renewed", 0) < self.ttl_s else None
+
+    def acquire(self) -> None:
+        """Takes the lease and renews it in the background until `release`.
+
+        Raises:
+          ConfigError: another live driver holds it.
+        """
+        held = self.live()
+        if held is not None:
+            raise self._refuse(held)
+        self._write()
+        time.sleep(self.settle_s)
+        held = self._read()
+        if held is None or held["holder"] != self.holder:
+            raise self._refuse(held or {})
+        self._renewer = threading.Thread(target=self._renew, name="results-lease", daemon=True)
+        self._renewer.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.renew_s):
+            try:
+                self._write()
+            except Exception:  # a store that is briefly unreachable: the next renewal tries again
+                pass
+
+    def release(self) -> None:
+        """Stops renewing and deletes the lease if it is still this driver's."""
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join()
+            self._renewer = None
+        held = self._read()
+        if held is not None and held["holder"] == self.holder:
+            self.location.filesystem.delete_file(self.path)
