@@ -19,12 +19,16 @@ import glob
 import importlib.metadata
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from pipeline.config import FIELDS
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
+
+if TYPE_CHECKING:  # the tracking layer loads where results are read
+    from pipeline.tracking.location import Location
 
 FLOAT, INT, TEXT, TIME = float, int, str, datetime.datetime
 # Resolved hyperparameters every runs row has (null where an optimizer has none); others are added as they come.
@@ -72,7 +76,7 @@ def provenance() -> dict[str, str]:
     return {"package_version": version, "git_commit": commit}
 
 
-def _folders(source: str) -> list[tuple[object, str]]:
+def _folders(source: str) -> list[tuple[Location, str]]:
     """The results folders a source names, as (Location, folder path): the folder itself
     and every folder under it that holds a runs table, keeping those a glob matches
     (a local glob, or wildcards in a URI's path).
