@@ -1,14 +1,19 @@
-"""Datasets whose rows are users, written as Parquet for the pipeline's `problem: {name: dataset, source: ...}`.
+"""Datasets of users' records, written as Parquet for the pipeline's `problem: {name: dataset, source: ...}`.
 
     python experiments/make_datasets.py sklearn [--out DIR] [--seed S] [--test-fraction F]
                                                 [--row-group-rows R] [--compression C]
+                                                [--datasets digits,breast_cancer]
+                                                [--partition iid|dirichlet|pathological --clients C
+                                                 [--alpha A] [--classes-per-client K] [--min-records M]]
     python experiments/make_datasets.py synthetic --rows N --dim D --out FILE [--seed S]
                                                   [--task logistic|least_squares]
                                                   [--row-group-rows R] [--compression C]
 
-Every file has one row per user: float64 feature columns, then an int64 (or float64, for
-least squares) column `label`. The feature columns are all columns but `label`. Each file's
-schema metadata, key `shuffle_sco.dataset`, is JSON saying how it was made.
+Every file has one row per record: float64 feature columns, then an int64 (or float64, for
+least squares) column `label`, and, in a partitioned training file (below), an int64 column
+`client`. Without a partition each row is one user's record. The feature columns are all
+columns but `label` and `client`. Each file's schema metadata, key `shuffle_sco.dataset`, is
+JSON saying how it was made.
 
 sklearn: scikit-learn's bundled datasets (no network), each split into DIR/<name>_train.parquet
 and DIR/<name>_test.parquet (default DIR data/):
@@ -25,7 +30,37 @@ and DIR/<name>_test.parquet (default DIR data/):
 
   The split: a permutation of the rows from numpy.random.default_rng(seed) (one generator per
   dataset); the first round((1 - F) * N) permuted rows are the training file, the rest the test
-  file, both in permuted order so that file order carries no information.
+  file, both in permuted order so that file order carries no information. --datasets writes
+  only the datasets named.
+
+  Client partitions (federated benchmarks): with --partition, each training file's records are
+  dealt to C clients that hold several records each. The training file then gets a last column
+  `client` (int64, 0..C-1), the user column the pipeline reads (`problem.user_column: client`),
+  and its rows are stably sorted by client, so each client's rows are contiguous and in permuted
+  order. It is named DIR/<name>_<scheme><parameter>_c<C>_train.parquet (digits_iid_c100,
+  digits_dirichlet0.1_c100, digits_pathological3_c100: the parameter is α for dirichlet, K for
+  pathological, none for iid); the test file is unchanged, DIR/<name>_test.parquet, held-out
+  records with no clients. Every client holds at least M records (--min-records, default 1).
+  The schema metadata's `partition` records scheme, clients, alpha or classes_per_client,
+  min_records, seed and the realized smallest and largest client.
+
+  iid           partition_iid: a uniform permutation of the rows dealt round-robin, so client
+                sizes differ by at most 1 (McMahan et al. 2017's IID setting; Flower Datasets'
+                IidPartitioner).
+  dirichlet     partition_dirichlet: label skew, as Flower Datasets' DirichletPartitioner
+                (Hsu et al. 2019) without self-balancing: each class's shuffled rows are cut
+                among the clients at proportions p ~ Dir(α·1_C); the whole draw is repeated
+                (at most 100 times) until every client holds M rows. Small α (0.1): a client
+                holds mostly one class; large α: every client's label mix nears the global one.
+  pathological  partition_pathological: McMahan et al. 2017's pathological non-IID setting as
+                Flower Datasets' PathologicalPartitioner does it: each client holds K distinct
+                classes (--classes-per-client, default 3; C·K ≥ the classes, so that every class
+                has a client), each class's shuffled rows split evenly (within 1) among its clients.
+
+  The partition's generator is numpy.random.default_rng([S, PARTITION_SALT, C]): apart from
+  the split's and from any run's seed. It leaks nothing: it depends only on the labels and a
+  public seed, runs once before any private computation, and is the benchmark's definition of
+  who holds what (as Flower's partitioners are), not a computation on the users' behalf.
 
 synthetic: N rows in row groups of R (default 262144), generated one group at a time and written
 by a second thread while the next group is generated, so memory stays O(R * D) (two groups)
@@ -66,6 +101,14 @@ METADATA_KEY = b"shuffle_sco.dataset"
 COMPRESSIONS = ("snappy", "zstd", "lz4", "gzip", "brotli", "none")
 TASKS = ("logistic", "least_squares")
 SKLEARN_DATASETS = ("digits", "breast_cancer")
+# Client partitions of a training file (module docstring): the schemes, the user column they add.
+PARTITIONS = ("iid", "dirichlet", "pathological")
+CLIENT = "client"
+DEFAULT_CLASSES_PER_CLIENT = 3
+DIRICHLET_MAX_TRIES = 100
+# The partition's generator is default_rng([seed, PARTITION_SALT, clients]): the salt ("part" in
+# ASCII) keeps it apart from the split's default_rng(seed), whose entropy numpy pads to [seed, 0, 0].
+PARTITION_SALT = 0x70617274
 # load_digits' documented pixel range is 0..16 (sklearn's dataset description): the declared bound.
 DIGITS_PIXEL_MAX = 16.0
 # Synthetic generator constants (module docstring): logit scale and least-squares noise.
@@ -170,6 +213,174 @@ def split_sizes(rows: int, test_fraction: float) -> tuple[int, int]:
     return n_train, rows - n_train
 
 
+# --------------------------------------------------------------------------- client partitions
+
+
+def client_sizes(client_ids: np.ndarray, clients: int) -> np.ndarray:
+    """How many rows each client holds.
+
+    Args:
+      client_ids: a client id in 0 … clients−1 per row (what the partition_* functions return).
+      clients: the number of clients, ≥ 1.
+
+    Returns:
+      int64 array (clients,): entry c is the number of rows with id c (0 for a client with none).
+    """
+    return np.bincount(np.asarray(client_ids, dtype=np.int64), minlength=clients).astype(np.int64)
+
+
+def partition_iid(rows: int, clients: int, rng: np.random.Generator) -> np.ndarray:
+    """IID clients: a uniform random permutation of the rows dealt round-robin to the clients.
+
+    The IID setting of McMahan et al. 2017 ("Communication-Efficient Learning of Deep Networks
+    from Decentralized Data", AISTATS) and Flower Datasets' IidPartitioner (which shuffles and
+    cuts the rows into contiguous near-equal shards: the same law). Which rows a client holds
+    is a uniform subset; the sizes are floor(rows/clients) or one more.
+
+    Args:
+      rows: rows to partition, ≥ clients.
+      clients: number of clients, ≥ 1.
+      rng: the generator; the one draw is rng.permutation(rows).
+
+    Returns:
+      int64 array (rows,): row i's client, in 0 … clients−1; client sizes differ by at most 1.
+
+    Raises:
+      ValueError: clients < 1 or clients > rows (a client would hold no row).
+    """
+    if clients < 1 or clients > rows:
+        raise ValueError(f"{clients} clients for {rows} rows: need 1 ≤ clients ≤ rows")
+    ids = np.empty(rows, dtype=np.int64)
+    ids[rng.permutation(rows)] = np.arange(rows, dtype=np.int64) % clients
+    return ids
+
+
+def partition_dirichlet(labels: np.ndarray, clients: int, alpha: float, rng: np.random.Generator,
+                        min_records: int = 1, max_tries: int = 100) -> np.ndarray:
+    """Label-skewed clients with a Dirichlet(α) prior on each class's split among the clients.
+
+    The scheme of Hsu, Qi & Brown 2019 ("Measuring the Effects of Non-Identical Data
+    Distribution for Federated Visual Classification", arXiv:1909.06335) as Flower Datasets'
+    DirichletPartitioner implements it (with self_balancing=False): for each class k in sorted
+    order, its rows in a uniform random order, proportions p ~ Dir(α·1_clients), and client c
+    gets the rows between positions floor(count_k·(p_0+…+p_{c−1})) and floor(count_k·(p_0+…+p_c))
+    (the last client up to count_k). If some client then holds fewer than min_records rows the
+    whole draw is repeated (Flower's min_partition_size), at most max_tries times. Small α:
+    each class goes mostly to a few clients, so each client holds mostly one class; large α:
+    p → uniform, each client's label mix → the global one.
+
+    Args:
+      labels: (rows,) the class of each row (any values np.unique orders).
+      clients: number of clients, ≥ 1.
+      alpha: the concentration α, finite and > 0.
+      rng: the generator; per try and class, rng.permutation of the class's rows, then rng.dirichlet.
+      min_records: the fewest rows a client may hold, ≥ 0.
+      max_tries: draws tried before giving up, ≥ 1.
+
+    Returns:
+      int64 array (rows,): row i's client, in 0 … clients−1; each client holds ≥ min_records rows.
+
+    Raises:
+      ValueError: a bad argument, clients·min_records > rows, or max_tries draws that all left
+        some client below min_records (the message gives the numbers).
+    """
+    labels = np.asarray(labels)
+    rows = labels.shape[0]
+    if labels.ndim != 1:
+        raise ValueError(f"labels must be one-dimensional, not of shape {labels.shape}")
+    if clients < 1:
+        raise ValueError(f"clients = {clients}: need ≥ 1")
+    if not (math.isfinite(alpha) and alpha > 0.0):
+        raise ValueError(f"alpha = {alpha}: need a finite number > 0")
+    if min_records < 0 or max_tries < 1:
+        raise ValueError(f"min_records = {min_records}, max_tries = {max_tries}: need ≥ 0 and ≥ 1")
+    if clients * min_records > rows:
+        raise ValueError(f"{clients} clients × {min_records} min_records > {rows} rows")
+    _, codes = np.unique(labels, return_inverse=True)
+    by_class = [np.flatnonzero(codes == k) for k in range(int(codes.max(initial=-1)) + 1)]
+    concentration = np.full(clients, float(alpha))
+    client_range = np.arange(clients, dtype=np.int64)
+    smallest = 0
+    for _ in range(max_tries):
+        ids = np.empty(rows, dtype=np.int64)
+        for members in by_class:
+            order = rng.permutation(members)
+            p = rng.dirichlet(concentration)
+            count = len(order)
+            cuts = np.minimum((np.cumsum(p)[:-1] * count).astype(np.int64), count)
+            bounds = np.concatenate(([0], cuts, [count]))
+            ids[order] = np.repeat(client_range, np.diff(bounds))
+        smallest = int(client_sizes(ids, clients).min()) if rows else 0
+        if smallest >= min_records:
+            return ids
+    raise ValueError(f"none of {max_tries} Dirichlet(α = {alpha}) draws gave each of the {clients} clients "
+                     f"≥ {min_records} of the {rows} rows (the last draw's smallest client: {smallest} rows)")
+
+
+def partition_pathological(labels: np.ndarray, clients: int, classes_per_client: int,
+                           rng: np.random.Generator) -> np.ndarray:
+    """Pathological non-IID clients: each client holds rows of exactly classes_per_client classes.
+
+    McMahan et al. 2017's pathological non-IID MNIST setting (each client 2 shards of
+    label-sorted digits) as a class choice, the way Flower Datasets' PathologicalPartitioner
+    (after Li et al. 2022, "Federated Learning on Non-IID Data Silos", arXiv:2102.02079) does it,
+    but with every class held by some client: the clients·classes_per_client slots are filled
+    client by client from independent uniform permutations of the K classes laid end to end
+    (so each class fills at least one slot when clients·classes_per_client ≥ K), and a slot
+    repeating a class its client already holds (only where two permutations meet) is redrawn
+    uniformly from the classes that client lacks. Each class's rows, in a uniform random
+    order, are then dealt round-robin to the clients holding it, in a uniform random order,
+    so their shares differ by at most 1.
+
+    Args:
+      labels: (rows,) the class of each row (any values np.unique orders); K = distinct values.
+      clients: number of clients, ≥ 1.
+      classes_per_client: classes each client holds, in 1 … K, with clients·classes_per_client ≥ K.
+      rng: the generator.
+
+    Returns:
+      int64 array (rows,): row i's client, in 0 … clients−1; each client holds rows of at most
+      classes_per_client classes (exactly that many when every class has at least as many rows as
+      clients holding it), and at least one row.
+
+    Raises:
+      ValueError: a bad argument, or a client left without rows (classes with fewer rows than
+        clients holding them).
+    """
+    labels = np.asarray(labels)
+    rows = labels.shape[0]
+    if labels.ndim != 1:
+        raise ValueError(f"labels must be one-dimensional, not of shape {labels.shape}")
+    _, codes = np.unique(labels, return_inverse=True)
+    classes = int(codes.max(initial=-1)) + 1
+    if clients < 1:
+        raise ValueError(f"clients = {clients}: need ≥ 1")
+    if not 1 <= classes_per_client <= classes:
+        raise ValueError(f"classes_per_client = {classes_per_client}: need 1 … {classes} (the classes)")
+    if clients * classes_per_client < classes:
+        raise ValueError(f"{clients} clients × {classes_per_client} classes_per_client < {classes} classes: "
+                         "some class would be held by no client")
+    slots = clients * classes_per_client
+    deck = np.concatenate([rng.permutation(classes) for _ in range(-(-slots // classes))])
+    held = deck[:slots].reshape(clients, classes_per_client)
+    ordered = np.sort(held, axis=1)
+    for c in np.flatnonzero((ordered[:, 1:] == ordered[:, :-1]).any(axis=1)):
+        for j in range(1, classes_per_client):
+            if held[c, j] in held[c, :j]:
+                lacking = np.setdiff1d(np.arange(classes), held[c])
+                held[c, j] = rng.choice(lacking)
+    ids = np.empty(rows, dtype=np.int64)
+    for k in range(classes):
+        holders = rng.permutation(np.flatnonzero((held == k).any(axis=1)))
+        members = rng.permutation(np.flatnonzero(codes == k))
+        ids[members] = holders[np.arange(len(members)) % len(holders)]
+    sizes = client_sizes(ids, clients)
+    if sizes.min() < 1:
+        raise ValueError(f"{int((sizes == 0).sum())} of the {clients} clients hold no row: their "
+                         f"{classes_per_client} classes have fewer rows than clients holding them")
+    return ids
+
+
 # --------------------------------------------------------------------------- writing
 
 
@@ -198,9 +409,11 @@ class _AtomicFile:
         self.temp.unlink(missing_ok=True)
 
 
-def _schema(names: list[str], label_type: pa.DataType, metadata: dict) -> pa.Schema:
+def _schema(names: list[str], label_type: pa.DataType, metadata: dict, client: bool = False) -> pa.Schema:
     fields = [pa.field(name, pa.float64(), nullable=False) for name in names]
     fields.append(pa.field(LABEL, label_type, nullable=False))
+    if client:
+        fields.append(pa.field(CLIENT, pa.int64(), nullable=False))
     return pa.schema(fields, metadata={METADATA_KEY: json.dumps(metadata, sort_keys=True).encode()})
 
 
@@ -211,8 +424,11 @@ def _arrow(values: np.ndarray, kind: pa.DataType) -> pa.Array:
     return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
 
 
-def _table(schema: pa.Schema, columns: list[np.ndarray], label: np.ndarray) -> pa.Table:
+def _table(schema: pa.Schema, columns: list[np.ndarray], label: np.ndarray,
+           client: np.ndarray | None = None) -> pa.Table:
     arrays = [_arrow(col, pa.float64()) for col in columns] + [_arrow(label, schema.field(LABEL).type)]
+    if client is not None:
+        arrays.append(_arrow(client, pa.int64()))
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -257,15 +473,138 @@ def load_sklearn(name: str) -> tuple[np.ndarray, np.ndarray, list[str], dict]:
     return x, np.asarray(bunch.target, dtype=np.int64), names, notes
 
 
+def _positive(field: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        _fail(field, text, "a finite number > 0")
+    if not (math.isfinite(value) and value > 0.0):  # also refuses nan
+        _fail(field, text, "a finite number > 0")
+    return value
+
+
+def _dataset_names(text: str) -> tuple[str, ...]:
+    names = tuple(text.split(","))
+    if not set(names) <= set(SKLEARN_DATASETS):
+        _fail("datasets", text, "comma-separated names from " + ", ".join(SKLEARN_DATASETS))
+    if len(set(names)) != len(names):
+        _fail("datasets", text, "names a dataset twice")
+    return tuple(name for name in SKLEARN_DATASETS if name in names)  # written in the usual order
+
+
+def _partition_options(args: argparse.Namespace) -> dict | None:
+    """The checked --partition flags as the metadata records them; None without --partition."""
+    scheme = args.partition
+    if scheme is None:
+        for field, value in (("clients", args.clients), ("alpha", args.alpha),
+                             ("classes-per-client", args.classes_per_client), ("min-records", args.min_records)):
+            if value is not None:
+                _fail(field, value, "only with --partition " + "|".join(PARTITIONS))
+        return None
+    scheme = _choice("partition", scheme, PARTITIONS)
+    if args.clients is None:
+        _fail("clients", "", f"required with --partition {scheme}")
+    options = {"scheme": scheme, "clients": _integer("clients", args.clients, 1)}
+    if scheme == "dirichlet":
+        if args.alpha is None:
+            _fail("alpha", "", "required with --partition dirichlet")
+        options["alpha"] = _positive("alpha", args.alpha)
+    elif args.alpha is not None:
+        _fail("alpha", args.alpha, "only with --partition dirichlet")
+    if scheme == "pathological":
+        given = args.classes_per_client
+        options["classes_per_client"] = _integer("classes-per-client", str(DEFAULT_CLASSES_PER_CLIENT)
+                                                 if given is None else given, 1)
+    elif args.classes_per_client is not None:
+        _fail("classes-per-client", args.classes_per_client, "only with --partition pathological")
+    options["min_records"] = _integer("min-records", "1" if args.min_records is None else args.min_records, 1)
+    return options
+
+
+def _number_text(value: float) -> str:
+    """A float as its shortest round-trip text, without a trailing .0: 0.1 → 0.1, 10000.0 → 10000."""
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def partition_label(options: dict | None) -> str:
+    """The part of a training file's name that names its partition ("" for none).
+
+    Args:
+      options: the partition as _partition_options gives it, or None.
+
+    Returns:
+      "_<scheme><parameter>_c<clients>": "_dirichlet0.1_c100", "_iid_c100", "_pathological2_c100"
+      (the parameter: α for dirichlet, classes per client for pathological, none for iid).
+    """
+    if options is None:
+        return ""
+    parameter = {"dirichlet": lambda: _number_text(options["alpha"]),
+                 "pathological": lambda: str(options["classes_per_client"])}.get(options["scheme"], lambda: "")()
+    return f"_{options['scheme']}{parameter}_c{options['clients']}"
+
+
+def partition_clients(labels: np.ndarray, options: dict, seed: int) -> np.ndarray:
+    """The training rows' clients, from the partition's own generator.
+
+    Args:
+      labels: (rows,) the training file's labels, in its (permuted) row order.
+      options: scheme, clients, alpha or classes_per_client, min_records (_partition_options).
+      seed: the split's seed; the generator is default_rng([seed, PARTITION_SALT, clients]).
+
+    Returns:
+      int64 array (rows,): row i's client.
+
+    Raises:
+      ValueError: the partition functions' (no draw meets min_records, a client without rows).
+    """
+    clients = options["clients"]
+    rng = np.random.default_rng([seed, PARTITION_SALT, clients])
+    if options["scheme"] == "iid":
+        return partition_iid(len(labels), clients, rng)
+    if options["scheme"] == "dirichlet":
+        return partition_dirichlet(labels, clients, options["alpha"], rng, options["min_records"],
+                                   DIRICHLET_MAX_TRIES)
+    return partition_pathological(labels, clients, options["classes_per_client"], rng)
+
+
+def _plan_partition(name: str, labels: np.ndarray, options: dict, seed: int) -> np.ndarray:
+    """partition_clients for one dataset, every way it can fail turned into the one-line error."""
+    clients, min_records, rows = options["clients"], options["min_records"], len(labels)
+    if clients > rows:
+        _fail("clients", clients, f"more than the {rows} training rows of {name}")
+    if clients * min_records > rows:
+        _fail("min-records", min_records, f"{clients} clients × {min_records} > the {rows} training rows of {name}")
+    if options["scheme"] == "pathological":
+        cpc, classes = options["classes_per_client"], len(np.unique(labels))
+        if cpc > classes:
+            _fail("classes-per-client", cpc, f"more than the {classes} classes of {name}")
+        if clients * cpc < classes:
+            _fail("classes-per-client", cpc, f"{clients} clients × {cpc} < the {classes} classes of {name}: "
+                  "some class would have no client")
+    try:
+        ids = partition_clients(labels, options, seed)
+    except ValueError as error:
+        field = "clients" if options["scheme"] == "pathological" else "min-records"
+        _fail(field, options[field.replace("-", "_")], f"{name}: {error}")
+    smallest = int(client_sizes(ids, clients).min())
+    if smallest < min_records:  # pathological sizes are not steered by min_records: checked here
+        _fail("min-records", min_records, f"{name}: the {options['scheme']} partition's smallest client "
+              f"holds {smallest} rows")
+    return ids
+
+
 def _sklearn(args: argparse.Namespace) -> int:
     seed = _integer("seed", args.seed, 0, MAX_SEED)
     test_fraction = _fraction("test-fraction", args.test_fraction)
     row_group_rows = _integer("row-group-rows", args.row_group_rows, 1)
     compression = _choice("compression", args.compression, COMPRESSIONS)
+    chosen = _dataset_names(args.datasets)
+    partition = _partition_options(args)
     out = Path(args.out)
     _check_folder("out", out)
     try:
-        loaded = {name: load_sklearn(name) for name in SKLEARN_DATASETS}
+        loaded = {name: load_sklearn(name) for name in chosen}
     except ImportError:
         print("make_datasets: scikit-learn is not installed: pip install -e '.[datasets]'", file=sys.stderr)
         return EXIT_FAILED
@@ -273,19 +612,37 @@ def _sklearn(args: argparse.Namespace) -> int:
         n_train, n_test = split_sizes(len(x), test_fraction)
         if n_train < 1 or n_test < 1:
             _fail("test-fraction", args.test_fraction, f"leaves an empty split of the {len(x)} rows of {name}")
+    plans = {}  # name → (training rows, test rows, training rows' clients or None): all checked before writing
+    for name, (x, y, _, _) in loaded.items():
+        n_train, _ = split_sizes(len(x), test_fraction)
+        order = np.random.default_rng(seed).permutation(len(x))
+        train, test, clients = order[:n_train], order[n_train:], None
+        if partition is not None:
+            clients = _plan_partition(name, y[train], partition, seed)
+            by_client = np.argsort(clients, kind="stable")  # each client's rows contiguous, in permuted order
+            train, clients = train[by_client], clients[by_client]
+        plans[name] = (train, test, clients)
 
     files = []  # (atomic file, rows, features): all moved into place only once every one is written
     try:
         for name, (x, y, names, notes) in loaded.items():
-            n_train, _ = split_sizes(len(x), test_fraction)
-            order = np.random.default_rng(seed).permutation(len(x))
-            for split, rows in (("train", order[:n_train]), ("test", order[n_train:])):
+            train, test, clients = plans[name]
+            for split, rows in (("train", train), ("test", test)):
                 meta = {**notes, "dataset": name, "split": split, "seed": seed, "test_fraction": test_fraction,
                         "source_rows": len(x), "rows": len(rows), "row_order": "permuted"}
-                schema = _schema(names, pa.int64(), meta)
+                held = clients if split == "train" else None
+                file_name = f"{name}_{split}.parquet"
+                if held is not None:
+                    sizes = client_sizes(held, partition["clients"])
+                    meta["row_order"] = f"permuted, then stably sorted by {CLIENT}"
+                    meta["partition"] = {**partition, "seed": seed, "user_column": CLIENT,
+                                         "generator": f"numpy.random.default_rng([seed, {PARTITION_SALT}, clients])",
+                                         "min_client_rows": int(sizes.min()), "max_client_rows": int(sizes.max())}
+                    file_name = f"{name}{partition_label(partition)}_{split}.parquet"
+                schema = _schema(names, pa.int64(), meta, client=held is not None)
                 part = x[rows]
-                table = _table(schema, [part[:, j] for j in range(part.shape[1])], y[rows])
-                target = _AtomicFile(out / f"{name}_{split}.parquet")
+                table = _table(schema, [part[:, j] for j in range(part.shape[1])], y[rows], held)
+                target = _AtomicFile(out / file_name)
                 files.append((target, len(rows), len(names)))
                 pq.write_table(table, target.temp, row_group_size=row_group_rows,
                                compression=_parquet_compression(compression))
@@ -423,6 +780,15 @@ def _parser() -> argparse.ArgumentParser:
     sk.add_argument("--test-fraction", default="0.2", help="share of rows in the test file, in (0, 1) (default 0.2)")
     sk.add_argument("--row-group-rows", default="65536", help="rows per Parquet row group (default 65536)")
     sk.add_argument("--compression", default="snappy", help="one of " + ", ".join(COMPRESSIONS))
+    sk.add_argument("--datasets", default=",".join(SKLEARN_DATASETS),
+                    help="the datasets to write, comma-separated (default " + ",".join(SKLEARN_DATASETS) + ")")
+    sk.add_argument("--partition", help="split each training file into clients: " + ", ".join(PARTITIONS)
+                    + " (default: none, one user per row)")
+    sk.add_argument("--clients", help="number of clients, ≥ 1 (required with --partition)")
+    sk.add_argument("--alpha", help="the Dirichlet concentration, > 0 (required with --partition dirichlet)")
+    sk.add_argument("--classes-per-client", help="classes each client holds "
+                    f"(--partition pathological, default {DEFAULT_CLASSES_PER_CLIENT})")
+    sk.add_argument("--min-records", help="the fewest rows a client may hold, ≥ 1 (default 1)")
     syn = commands.add_parser("synthetic", help="Gaussian features, logistic or least-squares labels")
     syn.add_argument("--rows", required=True, help="rows (users), ≥ 1")
     syn.add_argument("--dim", required=True, help="features, ≥ 1")

@@ -28,7 +28,11 @@ from pipeline.options import integer as _integer
 from pipeline.options import real as _real
 from pipeline.options import text as _text
 from pipeline.protocols import DEFAULT_PROTOCOL
+from pipeline.problems.records import parse_records_per_user
 from pipeline.protocols.base import PRIVACY_MODELS
+
+RECORD, USER = "record", "user"
+UNITS = (RECORD, USER)
 
 SHUFFLE = "shuffle"
 ROUND_METRICS = ("all", "final")
@@ -89,6 +93,14 @@ ROUNDS_REASON = "planning and the ledger hold every round; at most 10⁷ planned
 MAX_NAME_CHARS, MAX_NAME_BYTES = 200, 255
 
 
+def _records_per_user(value: Any) -> str:
+    """records_per_user in its canonical text ("3", "poisson:20", "zipf:1.5,max:1000")."""
+    return str(parse_records_per_user(value))
+
+
+_records_per_user.rule = "an integer m ≥ 1, {poisson: λ} or {zipf: a, max: M}"
+
+
 def _experiment(value: Any) -> str:
     """A name that is one safe folder name (results/<experiment>) and an MLflow experiment name."""
     name = _text(value)
@@ -126,6 +138,8 @@ FIELDS: dict[str, Field] = {
     "problem.name": Field(_plugin("problem"), "quadratic"),
     "problem.dim": Field(_integer(1), 5, kind=int),
     "problem.radius": Field(_real(0.0, math.inf, True, True), 1.0, kind=float),
+    # Synthetic users' records: m, {poisson: λ} or {zipf: a, max: M}; stored as its text ("1", "poisson:20").
+    "problem.records_per_user": Field(_records_per_user, "1"),
     "n_users": Field(_with_reason(_integer(1, MAX_USERS), "the largest run tested has 10⁸ users"), 10_000, kind=int),
     "optimizer.name": Field(_plugin("optimizer"), "seq_sgd"),
     "optimizer.rounds": Field(_with_reason(_integer(1, MAX_ROUNDS), ROUNDS_REASON), kind=int),
@@ -139,6 +153,8 @@ FIELDS: dict[str, Field] = {
     "privacy.epsilon": Field(_real(0.0, 15.0, True, False, "seed 000, Theorem 3.2 needs 0 < ε ≤ 15"), 1.0, kind=float),
     "privacy.delta": Field(_real(0.0, 0.5, True, True, "seed 000, Theorem 3.2 needs 0 < δ < 1/2"), 1e-6, kind=float),
     "privacy.accounting": Field(_choice(ACCOUNTING_MODES), "paper"),
+    # What a neighbouring dataset changes: one record, or one user's whole dataset (the same with one record each).
+    "privacy.unit": Field(_choice(UNITS), USER),
     "execution.backend": Field(_choice(BACKENDS), "ray"),
     "execution.shards": Field(_integer(1, 4096), 4, kind=int),
     "execution.simulation": Field(_choice(SIMULATIONS), "exact"),
@@ -149,6 +165,8 @@ FIELDS: dict[str, Field] = {
 }
 # Fields that do not change a run's results: left out of its config hash.
 NOT_IN_HASH = ("execution.backend", "execution.shards", "tracking.mlflow_uri", "tracking.out")
+# Fields added after results existed: in the hash only when not at their default, so earlier runs keep their identity.
+HASHED_UNLESS_DEFAULT = ("problem.records_per_user", "privacy.unit")
 # Fields that do not change results cannot vary inside one grid either.
 NOT_IN_GRID = ("experiment", *NOT_IN_HASH)
 TOP_LEVEL_EXTRA = ("seeds", "grid")
@@ -218,7 +236,8 @@ class RunConfig:
     @property
     def config_hash(self) -> str:
         """Identifies the grid point (same for every seed); resume key with the seed."""
-        kept = {k: v for k, v in sorted(self.values.items()) if k not in NOT_IN_HASH}
+        kept = {k: v for k, v in sorted(self.values.items()) if k not in NOT_IN_HASH
+                and not (k in HASHED_UNLESS_DEFAULT and v == FIELDS[k].default)}
         return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()
 
     @property

@@ -18,11 +18,12 @@ import yaml
 
 from pipeline import engine, plugins
 from pipeline.accounting.ledger import LedgerError, PrivacyLedger, UnsupportedEventError
-from pipeline.config import FIELDS, MAX_ROUNDS, PLUGIN_SECTIONS, ROUNDS_REASON, RunConfig
+from pipeline.config import FIELDS, MAX_ROUNDS, PLUGIN_SECTIONS, RECORD, ROUNDS_REASON, RunConfig
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.base import DATA, OVERRIDES
 from pipeline.problems.base import check_constants
+from pipeline.problems.records import ONE_EACH, parse_records_per_user
 from pipeline.protocols import PROTOCOLS
 from pipeline.protocols.base import BINARY, REAL, PlanError
 
@@ -50,7 +51,7 @@ def _ledger(job: engine.RunJob, records: Iterable[tuple[int, int, int, object]])
     """A ledger of (round, first user, stop user, protocol params) calls."""
     optimizer, schedule = job.optimizer, job.schedule
     ledger = PrivacyLedger(schedule.composition, optimizer.epsilon, optimizer.delta, schedule.slack,
-                           job.protocol.accounting, schedule.release, schedule.rounds - 1)
+                           job.protocol.accounting, schedule.release, schedule.rounds - 1, job.unit)
     events: dict = {}  # a call's event depends on its parameters only: one per distinct call, not per round
     for round_index, first, stop, params in records:
         try:
@@ -88,6 +89,7 @@ def plan_run(run: RunConfig) -> PlannedRun:
     protocol = plugins.resolve("protocol", run["privacy.protocol"])(run["privacy.accounting"],
                                                                     **_options(run, "privacy"))
     _check_pairing(run, cls, protocol, problem)
+    records = _records(run, cls, protocol, problem)
     try:
         optimizer = cls.from_config(
             problem, run["n_users"], run["privacy.epsilon"], run["privacy.delta"],
@@ -106,7 +108,8 @@ def plan_run(run: RunConfig) -> PlannedRun:
                           "or privacy.delta, or use more users") from None
     # Smoothed optimizers run on their problem's Moreau envelope (optimizer.problem).
     job = engine.RunJob(optimizer.problem, optimizer, protocol, run.seed, run["n_users"],
-                        run["execution.block_size"], run["execution.simulation"], run["privacy.honest_fraction"] or 1.0)
+                        run["execution.block_size"], run["execution.simulation"], run["privacy.honest_fraction"] or 1.0,
+                        **records, **_records_per_round(run, optimizer, records))
     schedule = job.schedule
     if schedule.rounds > MAX_ROUNDS:  # planning below visits every round: refuse before it starts
         field = next((f for f in ("optimizer.rounds", "optimizer.batch_size") if run[f] is not None), "n_users")
@@ -143,6 +146,51 @@ def plan_run(run: RunConfig) -> PlannedRun:
     return PlannedRun(run, job, ledger, rates)
 
 
+def _records(run: RunConfig, cls, protocol, problem) -> dict:
+    """The RunJob's record fields (records, records_min, per_record): how many records users hold
+    and whether each record sends its own message (record level), after the unit's rules.
+
+    Raises:
+      ConfigError: records_per_user on a dataset, or record level where the optimizer or the
+        protocol cannot account several records per user.
+    """
+    spec = parse_records_per_user(run["problem.records_per_user"])
+    user_column = getattr(problem, "user_column", None)
+    if problem.reads_rows and not spec.one_each:
+        raise ConfigError("problem.records_per_user", run["problem.records_per_user"],
+                          "is for synthetic problems: a dataset's users hold the rows its problem.user_column groups")
+    several = not spec.one_each or user_column is not None
+    if run["privacy.unit"] == RECORD and several:
+        if not cls.record_level:
+            fits = ", ".join(name for name, c in plugins.kinds()["optimizer"].builtins.items() if c.record_level)
+            raise ConfigError("privacy.unit", RECORD, f"optimizer {cls.name} has no accountant for several records per "
+                              f"user at record level (only {fits} do: seed 001's two-level sampling); use "
+                              "privacy.unit: user, which protects each user's whole dataset and so every record")
+        if not protocol.supports_records:
+            raise ConfigError("privacy.unit", RECORD, f"protocol {protocol.name} accounts one message per user: "
+                              f"record level with several records per user runs with "
+                              f"{_providers(lambda p: p.supports_records)}; or use privacy.unit: user")
+    minimum = getattr(problem, "min_records", 1) if problem.reads_rows else spec.minimum
+    return {"records": ONE_EACH if problem.reads_rows else spec, "records_min": minimum,
+            "per_record": run["privacy.unit"] == RECORD and several, "unit": run["privacy.unit"]}
+
+
+def _records_per_round(run: RunConfig, optimizer, records: dict) -> dict:
+    """The RunJob's records_per_round: s of the optimizer at record level; at user level each
+    user sends the mean over all its records.
+
+    Raises:
+      ConfigError: optimizer.records_per_round set at user level.
+    """
+    if records["per_record"]:
+        return {"records_per_round": optimizer.records_per_round}
+    if run["optimizer.records_per_round"] is not None:
+        raise ConfigError("optimizer.records_per_round", run["optimizer.records_per_round"],
+                          "applies at privacy.unit: record with several records per user (at user level each "
+                          "user sends the mean over all its records)")
+    return {}
+
+
 def memory_bytes() -> int | None:
     """This machine's physical memory, or its cgroup's limit if lower; None if unknown."""
     try:
@@ -171,11 +219,12 @@ def _check_memory(run: RunConfig) -> None:
     if memory is None:
         return
     d, n = run["problem.dim"], run["n_users"]
+    d *= parse_records_per_user(run["problem.records_per_user"]).mean  # bytes per user: d floats per record
     held = n if run["execution.backend"] == "local" else -(-n // run["execution.shards"])
     # One block too large is the dimension's fault; too many users held at once, n's.
     for field, users, what in (("problem.dim", min(run["execution.block_size"], n), "one block of"),
                                ("n_users", held, "the")):
-        needed = 8 * d * users
+        needed = int(8 * d * users)
         if needed > memory:
             raise ConfigError(field, run[field],
                               f"{what} {users} users' data take d × users × 8 bytes = {needed / 2**30:.3g} GiB "

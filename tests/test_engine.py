@@ -114,10 +114,10 @@ class _CountingPool(LocalPool):
         for shard in self.shards:
             original = shard._input_chunks
 
-            def spy(plan, theta, users, original=original, offset=shard.first_user):
+            def spy(plan, theta, users, block, original=original, offset=shard.first_user):
                 positions = np.arange(users.start, users.stop) if isinstance(users, slice) else users
                 np.add.at(self.uses, positions + offset, 1)
-                return original(plan, theta, users)
+                return original(plan, theta, users, block)
 
             shard._input_chunks = spy
 
@@ -166,7 +166,7 @@ def test_users_send_the_gradient_of_their_phase_envelope():
     for plan in (plans[0], plans[-1]):
         users = slice(plan.first_user, plan.stop_user)
         expected = MoreauSmoothed(base, plan.smoothing).gradients(theta, shard.data[:, users])
-        assert np.array_equal(shard._inputs(plan, theta, users), expected)
+        assert np.array_equal(shard._inputs(plan, theta, users, 0), expected)
 
 
 def test_analyzer_and_optimizer_receive_only_the_protocol_statistic(monkeypatch):

@@ -107,6 +107,10 @@ class ShuffleLdpDpEvent(dp_event.DpEvent):
       stream_epsilons: the actual local ε0 of each stream's message (notes trap 2).
       randomizer: which local randomizer (e.g. "girgis_l2").
       bits_per_user: message bits one user sends.
+      record_messages: record-level privacy with several records per user: each answering
+        user sends this many of its records (s), one message each; 0: one message per user
+        (the neighbours differ in one user's input).
+      records_min: m, the records every user is guaranteed to hold (record level).
     """
 
     users: int
@@ -116,6 +120,13 @@ class ShuffleLdpDpEvent(dp_event.DpEvent):
     stream_epsilons: tuple
     randomizer: str
     bits_per_user: int
+    record_messages: int = 0
+    records_min: int = 1
+
+    @property
+    def messages_per_user(self) -> int:
+        """Messages each answering user is sure to send per stream: 1, or min(s, m) at record level."""
+        return min(self.record_messages, self.records_min) if self.record_messages else 1
 
 
 @attr.s(frozen=True, slots=True, auto_attribs=True)

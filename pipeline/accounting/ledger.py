@@ -37,6 +37,14 @@ from pipeline.accounting.compositions import (  # noqa: F401 (the ledger's names
     ACCOUNTING_MODES, COMPOSITIONS, FINAL_ITERATE, FULLY_INTERACTIVE, PAPER, PHASED, SEQUENTIAL, TIGHT)
 from pipeline.accounting.events import PvecDpEvent
 
+UNITS = ("user", "record")  # the unit of privacy: what a neighbouring dataset changes
+UNIT_MEANING = {
+    "user": "neighbouring datasets differ in one user's whole dataset (every record it holds): each user's "
+            "contribution per round is one bounded input, the mean over its records",
+    "record": "neighbouring datasets differ in one record; with several records per user, a user's other records "
+              "are not protected by this ledger's ε (seed 001 Lemma 4.3.1 / Thm 4.4.1 sampling rates)",
+}
+
 
 _RULES = {
     (PAPER, SEQUENTIAL): "parallel composition over disjoint batches (seed 000, proof of Theorem 4.1)",
@@ -107,10 +115,12 @@ class PrivacyLedger:
       epsilon, delta: the run's target.
       slack: δ' of paper-mode advanced composition (fully interactive only).
       accounting: PAPER or TIGHT, the mode the run is calibrated, checked and reported in.
+      unit: what neighbouring datasets differ in: "user" (one user's whole dataset) or
+        "record" (one record); the same when every user holds one record.
     """
 
     def __init__(self, composition: str, epsilon: float, delta: float, slack: float | None = None,
-                 accounting: str = PAPER, release=None, final_round: int | None = None):
+                 accounting: str = PAPER, release=None, final_round: int | None = None, unit: str = UNITS[0]):
         if composition not in COMPOSITIONS:
             raise ValueError(f"composition {composition!r}: must be one of {COMPOSITIONS}")
         if accounting not in ACCOUNTING_MODES:
@@ -119,8 +129,11 @@ class PrivacyLedger:
             raise ValueError("a final-iterate ledger needs the release event and its round")
         if slack is not None and not 0.0 < slack < 1.0:
             raise ValueError(f"the slack δ' must be in (0, 1), got {slack}")
+        if unit not in UNITS:
+            raise ValueError(f"unit {unit!r}: must be one of {UNITS}")
         self.composition = composition
         self.accounting = accounting
+        self.unit = unit
         self.target = (epsilon, delta)
         self.slack = slack
         self.release = release  # FINAL_ITERATE: the event the final iterate's release is accounted by
@@ -369,6 +382,7 @@ class PrivacyLedger:
             }
         return {
             "target": {"epsilon": self.target[0], "delta": self.target[1]},
+            "unit": {"name": self.unit, "protects": UNIT_MEANING[self.unit]},
             "composition": self.composition,
             **({"release": {**attr.asdict(self.release), "mechanism": "PNSGD", "round": self.final_round}}
                if self.release is not None else {}),

@@ -145,17 +145,41 @@ def _poisson_lower_size(population: int, rate: float) -> tuple[int, float]:
     return m0, float(scipy.stats.binom.cdf(m0 - 2, population - 1, rate)) if m0 >= 2 else 0.0
 
 
-def _shuffle_ldp_curve(event: ShuffleLdpDpEvent, bound) -> np.ndarray:
-    """RDP of a (sampled) multi-stream shuffle with `bound` per stream and (M) over the sample."""
+def _record_share(event: ShuffleLdpDpEvent) -> float:
+    """P(a given record is among an answering user's messages): s/m at record level, else 1."""
+    return min(1.0, event.record_messages / event.records_min) if event.record_messages else 1.0
+
+
+def _shuffle_ldp_curve(event: ShuffleLdpDpEvent, bound, rate_in: float | None = None) -> np.ndarray:
+    """RDP of a (sampled) multi-stream shuffle with `bound` per stream and (M) over the sample.
+
+    At record level the shuffled reports are the records' messages (each user's min(s, m)), and
+    the changed record is present with probability P(its user answers)·s/m, unless `rate_in`
+    says otherwise (the paper's Lemma 4.3.1 rate): given the sample and the records each user
+    uses, the output does not depend on the changed record unless it is used, so (M) holds.
+    """
     local = _stream_curves(event.stream_epsilons, 0, None)
+    share, per_user = _record_share(event), event.messages_per_user
     if event.sampling == "all":
-        return _stream_curves(event.stream_epsilons, event.users, bound)
+        curve = _stream_curves(event.stream_epsilons, event.users * per_user, bound)
+        rate = share if rate_in is None else rate_in
+        return curve if rate >= 1.0 else _mixture(rate, [(rate, curve)])
     if event.sampling == "uniform":
-        rate = event.users / event.population
-        return _mixture(rate, [(rate, _stream_curves(event.stream_epsilons, event.users, bound))])
+        rate = event.users / event.population * share if rate_in is None else rate_in
+        return _mixture(rate, [(rate, _stream_curves(event.stream_epsilons, event.users * per_user, bound))])
     m0, below = _poisson_lower_size(event.population, event.rate)
-    return _mixture(event.rate, [(event.rate * (1.0 - below), _stream_curves(event.stream_epsilons, m0, bound)),
-                                 (event.rate * below, local)])
+    rate = event.rate * share if rate_in is None else rate_in
+    return _mixture(rate, [(rate * (1.0 - below), _stream_curves(event.stream_epsilons, m0 * per_user, bound)),
+                           (rate * below, local)])
+
+
+def _paper_record_rate(event: ShuffleLdpDpEvent) -> float:
+    """The seed's rate for a record-level event: Lemma 4.3.1 (k of n clients, s of m records;
+    s > 1 loses the client factor) or Lemma 4.4.1 (self-sampling at q: q̄ = q/m)."""
+    if event.sampling == "poisson":
+        return event.rate * _record_share(event)
+    clients = event.users if event.sampling == "uniform" else event.population
+    return shuffle_ldp.record_sampling_rate(clients, event.population, event.record_messages, event.records_min)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -204,6 +228,15 @@ def paper_call(event) -> CallCurve:
         if event.users < event.population:
             curve = shuffle_gaussian.wbk_subsampled_rdp(event.users / event.population, curve)
         return CallCurve(curve, None, "shuffle Gaussian RDP, seed 004 Thm 1 (Thm 2 when subsampled)")
+    if isinstance(event, ShuffleLdpDpEvent) and event.record_messages:
+        rate = _paper_record_rate(event)
+        messages = event.users * event.messages_per_user
+        if event.sampling != "poisson" and len(event.stream_epsilons) == 1 and messages >= 2:
+            curve = shuffle_ldp.record_subsampled_shuffle_rdp_ub(messages, rate, event.stream_epsilons[0], ORDERS)
+            return CallCurve(curve, None, "seed 001 Thm 5.4.1 at the record's rate of Lemma 4.3.1 (k·s messages)")
+        curve = _shuffle_ldp_curve(event, shuffle_ldp.shuffle_rdp_ub1, rate)
+        return CallCurve(curve, None, "seed 001 Thm 5.3.1 per stream, streams added, at the record's rate of "
+                         + ("Lemma 4.4.1" if event.sampling == "poisson" else "Lemma 4.3.1") + " by joint convexity (M)")
     if isinstance(event, ShuffleLdpDpEvent):
         if event.sampling == "uniform" and len(event.stream_epsilons) == 1 and event.users >= 2:
             curve = shuffle_ldp.subsampled_shuffle_rdp_ub(event.population, event.users, event.stream_epsilons[0], ORDERS)
@@ -247,6 +280,10 @@ def tight_call(event) -> CallCurve:
             shuffled = shuffle_gaussian.shuffle_gaussian_rdp(event.users, event.sigma / event.sensitivity, LAMBDA_MAX)
             unshuffled = _mixture(rate, [(rate, shuffled)])
         return CallCurve(np.minimum(paper.rdp, unshuffled), None, paper.rule + "; minimum with (M) / the plain Gaussian")
+    if isinstance(event, ShuffleLdpDpEvent) and event.record_messages:
+        curve = _shuffle_ldp_curve(event, shuffle_ldp.shuffle_rdp_upper)
+        return CallCurve(np.minimum(paper.rdp, curve), None, paper.rule + "; minimum with (M) at the record's exact "
+                         "rate P(client answers)·s/m, per stream the minimum of UB1, UB2, Cor 5.3.1 and ε0-LDP")
     if isinstance(event, ShuffleLdpDpEvent):
         curve = _shuffle_ldp_curve(event, shuffle_ldp.shuffle_rdp_upper)
         if event.sampling == "uniform":

@@ -726,7 +726,7 @@ def subsampled_shuffle_rdp_ub(n, k, eps0, orders=DEFAULT_ORDERS) -> np.ndarray:
     Υ = Σ_{j=2..α} C(α,j)γ^j(e^ε0 − e^−ε0)^j·e^(−(k−1)/(8e^ε0)) — Thm 5.4.4's tail through
     Lemma 5.4.1, i.e. the notes' conservative Υ (the larger of the two readings). Summed in
     log space; real orders by Remark 5.3.2's interpolation. Users hold one data point each
-    (notes §6 trap 12).
+    (notes §6 trap 12; several: `record_subsampled_shuffle_rdp_ub`).
 
     Args:
       n: population size (integer ≥ 2).
@@ -740,8 +740,64 @@ def subsampled_shuffle_rdp_ub(n, k, eps0, orders=DEFAULT_ORDERS) -> np.ndarray:
     Raises:
       ValueError: a parameter outside its range.
     """
-    n, k, eps0, kbar, gamma = _kbar_gamma(n, k, eps0)
-    orders = _orders(orders)
+    n, k, eps0, _, gamma = _kbar_gamma(n, k, eps0)
+    return _thm541(k, gamma, eps0, _orders(orders))
+
+
+def record_sampling_rate(clients, population, per_client, records_min) -> float:
+    """Seed 001 Lemma 4.3.1: the sampling rate that amplifies a record of a client holding m
+    records when k of n clients are sampled and each sends s of its records.
+
+    s = 1: q = k/(nm) (both sampling levels); s > 1: q₂ = s/m only — the client-sampling
+    factor is lost (notes §6 trap 12). Capped at 1.
+
+    Args:
+      clients: k, clients sampled per round (1 ≤ k ≤ n).
+      population: n.
+      per_client: s ≥ 1.
+      records_min: m ≥ 1, the records every client is guaranteed to hold.
+
+    Returns:
+      The rate γ to use in Thm 5.4.1.
+
+    Raises:
+      ValueError: a parameter outside its range.
+    """
+    population, clients = _integer("population", population, 1), _integer("clients", clients, 1)
+    per_client, records_min = _integer("per_client", per_client, 1), _integer("records_min", records_min, 1)
+    if clients > population:
+        raise ValueError(f"clients must satisfy 1 ≤ k ≤ n = {population}, got {clients}")
+    if per_client == 1:
+        return clients / population / records_min
+    return min(1.0, per_client / records_min)
+
+
+def record_subsampled_shuffle_rdp_ub(messages, gamma, eps0, orders=DEFAULT_ORDERS) -> np.ndarray:
+    """Girgis Thm 5.4.1 at a record's sampling rate γ (Lemma 4.3.1, `record_sampling_rate`) and
+    the shuffle of the round's `messages` reports (k·s): the RDP route of Thm 5.4.3 for clients
+    holding several records.
+
+    Args:
+      messages: reports shuffled per round (integer ≥ 2).
+      gamma: the record's sampling rate, 0 < γ ≤ 1.
+      eps0: ε0 > 0.
+      orders: Rényi orders α > 1.
+
+    Returns:
+      The bound at each order.
+
+    Raises:
+      ValueError: a parameter outside its range.
+    """
+    messages, eps0 = _integer("messages", messages, 2), _eps0(eps0)
+    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not 0.0 < gamma <= 1.0:
+        raise ValueError(f"gamma must lie in (0, 1], got {gamma!r}")
+    return _thm541(messages, float(gamma), eps0, _orders(orders))
+
+
+def _thm541(k: int, gamma: float, eps0: float, orders: np.ndarray) -> np.ndarray:
+    """Thm 5.4.1's curve for a k-report shuffle whose changed report is present with probability γ."""
+    kbar = _nbar(k, eps0)
     log_g = math.log(gamma)
     log_a, log_b = _log_expm1(eps0), _log_expm1(2 * eps0)
     log_quad = math.log(4.0) + 2 * log_g + 2 * log_a - math.log(kbar) - eps0

@@ -6,8 +6,9 @@ import functools
 
 from pipeline.engine.evaluation import evaluation_rounds
 from pipeline.engine.layout import BlockLayout
-from pipeline.optimizers.base import Optimizer, Schedule, with_dropouts
+from pipeline.optimizers.base import Optimizer, Schedule, with_dropouts, with_records
 from pipeline.problems.base import Problem
+from pipeline.problems.records import ONE_EACH, RecordsPerUser
 from pipeline.protocols.base import Protocol
 
 EXACT = "exact"
@@ -28,6 +29,11 @@ class RunJob:
       block_size: users per block (part of the results' identity).
       simulation: EXACT or LITERAL.
       honest_fraction: robust mode's γ (1: nobody drops out).
+      records: how many records each synthetic user holds (a dataset's user column says it for its users).
+      records_min: the records every user is guaranteed to hold (public: a fixed m, or a dataset's declared minimum).
+      records_per_round: s, how many of its records an answering user uses (0: all of them).
+      per_record: record-level privacy: each used record sends its own message.
+      unit: the unit of privacy the ledger states ("user" or "record").
     """
 
     problem: Problem
@@ -38,11 +44,17 @@ class RunJob:
     block_size: int
     simulation: str = EXACT
     honest_fraction: float = 1.0
+    records: RecordsPerUser = ONE_EACH
+    records_min: int = 1
+    records_per_round: int = 0
+    per_record: bool = False
+    unit: str = "user"
 
     @functools.cached_property
     def schedule(self) -> Schedule:
         schedule = self.optimizer.schedule()
-        return schedule if self.honest_fraction == 1.0 else with_dropouts(schedule, self.honest_fraction)
+        schedule = schedule if self.honest_fraction == 1.0 else with_dropouts(schedule, self.honest_fraction)
+        return with_records(schedule, self.records_per_round, self.per_record, self.records_min)
 
     @functools.cached_property
     def evaluation_rounds(self) -> frozenset[int]:

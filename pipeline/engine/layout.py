@@ -15,6 +15,8 @@ SCATTER_STREAM = 2  # (SCATTER_STREAM, round, shard): literal shuffle, stage 1
 PERMUTE_STREAM = 3  # (PERMUTE_STREAM, round, shard): literal shuffle, stage 2
 SAMPLE_STREAM = 4  # (SAMPLE_STREAM, round[, block]): who of a sampled round's population answers
 NOISE_STREAM = 5  # (NOISE_STREAM, round): a central curator's noise, added to the merged total
+RECORDS_STREAM = 6  # (RECORDS_STREAM, block): how many records each of the block's users holds
+RECORD_STREAM = 7  # (RECORD_STREAM, round, block): which of their records the round's users use
 
 
 @functools.lru_cache(maxsize=64)

@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 
 from pipeline.engine.job import RunJob
-from pipeline.engine.layout import (DATA_STREAM, NOISE_STREAM, PERMUTE_STREAM, ROUND_STREAM, SCATTER_STREAM, Streams,
-                                    sampled_users)
+from pipeline.engine.layout import (DATA_STREAM, NOISE_STREAM, PERMUTE_STREAM, RECORD_STREAM, RECORDS_STREAM,
+                                    ROUND_STREAM, SCATTER_STREAM, Streams, sampled_users)
 from pipeline.engine.rounds import RoundRecords, execute_rounds
+from pipeline.problems.records import choose_records, offsets_of
 from pipeline.problems.smoothed import MoreauSmoothed
 from pipeline.protocols.base import DATA, RoundPlan
 
@@ -40,10 +41,15 @@ class Shard:
         self.blocks = range(first_block, stop_block)
         self.first_user = layout.block_users(first_block)[0]
         self.stop_user = layout.block_users(stop_block - 1)[1]
-        # (rows, users): d rows, or d + 1 for labelled data (features, then the label).
+        # (rows, records): d rows, or d + 1 for labelled data (features, then the label); user by
+        # user. Users holding several records have them at offsets[u] … offsets[u + 1] − 1 (None:
+        # one record each, record u).
+        self.offsets = None
         if job.problem.reads_rows:  # a dataset: this shard reads its users' rows, and no others
-            self.data = job.problem.read_users(job.n_users, self.first_user, self.stop_user)
-        else:
+            self.data, counts = job.problem.read_user_records(job.n_users, self.first_user, self.stop_user)
+            if counts is not None:
+                self.offsets = offsets_of(counts)
+        elif job.records.one_each:
             # Each block's data come from its own stream: the same whatever the sharding.
             # Filled block by block: peak memory is the data plus one block.
             self.data = np.empty((job.problem.data_dim, self.stop_user - self.first_user))
@@ -51,6 +57,16 @@ class Shard:
                 first, stop = layout.block_users(block)
                 self.data[:, first - self.first_user: stop - self.first_user] = job.problem.sample(
                     self.streams(DATA_STREAM, block), stop - first)
+        else:  # each block's users' record counts, then their records, from the block's own streams
+            counts = [job.records.draw(self.streams(RECORDS_STREAM, block), np.subtract(*layout.block_users(block)[::-1]))
+                      for block in self.blocks]
+            self.offsets = offsets_of(np.concatenate(counts))
+            self.data = np.empty((job.problem.data_dim, int(self.offsets[-1])))
+            for block, block_counts in zip(self.blocks, counts):
+                first = self.offsets[layout.block_users(block)[0] - self.first_user]
+                self.data[:, first: first + block_counts.sum()] = job.problem.sample(
+                    self.streams(DATA_STREAM, block), int(block_counts.sum()))
+        self.counts = None if self.offsets is None else np.diff(self.offsets)
         self.heldout_blocks = range(*heldout_blocks)
         heldout = job.heldout_layout
         self.heldout_first = heldout.block_users(heldout_blocks[0])[0] if self.heldout_blocks else 0
@@ -65,32 +81,73 @@ class Shard:
         """How many users this shard holds (also a readiness probe for actors)."""
         return self.stop_user - self.first_user
 
-    def _input_chunks(self, plan: RoundPlan, theta: np.ndarray, users: slice | np.ndarray):
-        """The inputs of some of this shard's users (a slice of shard positions, or
-        their positions), chunk by chunk, as contiguous (d, users) views of one
-        reused buffer (each chunk is consumed before the next is made). The
-        protocol's randomizer clips them to its bound."""
-        contiguous = isinstance(users, slice)
+    def _input_chunks(self, plan: RoundPlan, theta: np.ndarray, users: slice | np.ndarray, block: int):
+        """The inputs of some of this block's users (a slice of shard positions, or their
+        positions), chunk by chunk, as contiguous (d, inputs) views of one reused buffer
+        (each chunk is consumed before the next is made). The protocol's randomizer clips
+        them to its bound.
+
+        An input is a user's gradient (or data point); a user holding several records sends
+        the mean over the records it uses, or at record level (plan.per_record) one input per
+        record used."""
         problem = self.job.problem if plan.smoothing == 0 else MoreauSmoothed(self.job.problem.unsmoothed,
                                                                               plan.smoothing)
+        if self.offsets is not None:
+            yield from self._record_chunks(plan, problem, theta, users, block)
+            return
+        contiguous = isinstance(users, slice)
         first, stop = (users.start, users.stop) if contiguous else (0, users.size)
         for low in range(first, stop, self._step):
             high = min(low + self._step, stop)
             # A slice stays a view of the shard's data; sampled positions are gathered.
             data = self.data[:, low:high] if contiguous else self.data[:, users[low:high]]
+            yield self._compute(plan, problem, theta, data, self._buffer[: self.dim * (high - low)].reshape(self.dim, high - low))
+
+    def _compute(self, plan: RoundPlan, problem, theta: np.ndarray, data: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """The inputs of some records into out (d, records)."""
+        if plan.inputs == DATA:
+            np.copyto(out, data)
+        elif theta.ndim == 2:  # two query points: each user's gradient difference (Frank–Wolfe's SPIDER)
+            problem.gradients(theta[0], data, out=out)
+            out -= problem.gradients(theta[1], data)
+        else:
+            problem.gradients(theta, data, out=out)
+        return out
+
+    def _record_chunks(self, plan: RoundPlan, problem, theta: np.ndarray, users: slice | np.ndarray, block: int):
+        """_input_chunks for users holding several records: the records each uses (all, or
+        plan.records_per_round of them drawn from the round's and block's stream), then one
+        input per record (record level) or per user, the mean of its records' (in record
+        order, so the same for any sharding)."""
+        positions = np.arange(users.start, users.stop) if isinstance(users, slice) else np.asarray(users)
+        counts = self.counts[positions]
+        if plan.records_per_round:
+            within, owner = choose_records(self.streams(RECORD_STREAM, plan.round, block), counts,
+                                           plan.records_per_round)
+        else:
+            owner = np.repeat(np.arange(positions.size), counts)
+            within = np.arange(owner.size) - np.repeat(offsets_of(counts)[:-1], counts)
+        records = self.offsets[positions[owner]] + within
+        if plan.per_record:
+            for low in range(0, records.size, self._step):
+                high = min(low + self._step, records.size)
+                yield self._compute(plan, problem, theta, self.data[:, records[low:high]],
+                                    self._buffer[: self.dim * (high - low)].reshape(self.dim, high - low))
+            return
+        starts = offsets_of(np.bincount(owner, minlength=positions.size))
+        for low in range(0, positions.size, self._step):
+            high = min(low + self._step, positions.size)
+            first, stop = starts[low], starts[high]
+            inputs = self._compute(plan, problem, theta, self.data[:, records[first:stop]],
+                                   np.empty((self.dim, stop - first)))
             out = self._buffer[: self.dim * (high - low)].reshape(self.dim, high - low)
-            if plan.inputs == DATA:
-                np.copyto(out, data)
-            elif theta.ndim == 2:  # two query points: each user's gradient difference (Frank–Wolfe's SPIDER)
-                problem.gradients(theta[0], data, out=out)
-                out -= problem.gradients(theta[1], data)
-            else:
-                problem.gradients(theta, data, out=out)
+            np.add.reduceat(inputs, starts[low:high] - first, axis=1, out=out)
+            out /= np.diff(starts[low: high + 1])
             yield out
 
-    def _inputs(self, plan: RoundPlan, theta: np.ndarray, users: slice | np.ndarray) -> np.ndarray:
-        """The inputs of some of this shard's users as one (d, users) array."""
-        return np.concatenate([chunk.copy() for chunk in self._input_chunks(plan, theta, users)], axis=1)
+    def _inputs(self, plan: RoundPlan, theta: np.ndarray, users: slice | np.ndarray, block: int) -> np.ndarray:
+        """The inputs of some of this block's users as one (d, inputs) array."""
+        return np.concatenate([chunk.copy() for chunk in self._input_chunks(plan, theta, users, block)], axis=1)
 
     def _block_slices(self, plan: RoundPlan):
         """(block, shard positions) of the round's users in this shard: a slice,
@@ -122,17 +179,29 @@ class Shard:
         """
         parts = [
             self.job.protocol.encode_block(
-                params, self._input_chunks(plan, theta, users),
+                params, self._input_chunks(plan, theta, users, block),
                 self.streams(ROUND_STREAM, plan.round, block), self._work,
             )
             for block, users in self._block_slices(plan)
         ]
         return self.job.protocol.merge(parts) if parts else None
 
-    def _per_block(self, layout, blocks: range, data: np.ndarray | None, first_user: int, measure) -> np.ndarray:
-        """measure(block's records) for each block, stacked in block order."""
-        return np.stack([measure(data[:, layout.block_users(b)[0] - first_user: layout.block_users(b)[1] - first_user])
-                         for b in blocks]) if blocks else None
+    def _per_block(self, layout, blocks: range, data: np.ndarray | None, first_user: int, measure,
+                   offsets: np.ndarray | None = None) -> np.ndarray:
+        """measure(block's records) for each block, stacked in block order; with `offsets` (users
+        holding several records) measure(records, weights): each record weighs 1/(its user's records),
+        so that every user counts once."""
+        if not blocks:
+            return None
+        parts = []
+        for block in blocks:
+            first, stop = (user - first_user for user in layout.block_users(block))
+            if offsets is None:
+                parts.append(measure(data[:, first:stop]))
+            else:
+                counts = np.diff(offsets[first: stop + 1])
+                parts.append(measure(data[:, offsets[first]: offsets[stop]], np.repeat(1.0 / counts, counts)))
+        return np.stack(parts)
 
     def objective_blocks(self, theta: np.ndarray) -> tuple[np.ndarray]:
         """Per block: the loss sum and its gradient at θ (a dataset's optimum; pipeline.engine.evaluation).
@@ -141,7 +210,7 @@ class Shard:
           ((blocks, 1 + dim),).
         """
         sums = self._per_block(self.job.layout, self.blocks, self.data, self.first_user,
-                               lambda data: self.job.problem.objective_sums(theta, data))
+                               lambda *data: self.job.problem.objective_sums(theta, *data), self.offsets)
         return (sums,)
 
     def metric_blocks(self, thetas: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -150,8 +219,8 @@ class Shard:
         Returns:
           ((blocks, 2, T), (held-out blocks, 2, T)).
         """
-        measure = lambda data: self.job.problem.metric_sums(thetas, data)  # noqa: E731
-        train = self._per_block(self.job.layout, self.blocks, self.data, self.first_user, measure)
+        measure = lambda *data: self.job.problem.metric_sums(thetas, *data)  # noqa: E731
+        train = self._per_block(self.job.layout, self.blocks, self.data, self.first_user, measure, self.offsets)
         heldout = self._per_block(self.job.heldout_layout, self.heldout_blocks, self.heldout, self.heldout_first,
                                   measure)
         return train, heldout if heldout is not None else np.zeros((0, 2, len(thetas)))
@@ -193,7 +262,7 @@ class Shard:
         """
         parts = [
             self.job.protocol.encode_messages(
-                params, self._inputs(plan, theta, users),
+                params, self._inputs(plan, theta, users, block),
                 self.streams(ROUND_STREAM, plan.round, block),
             )
             for block, users in self._block_slices(plan)

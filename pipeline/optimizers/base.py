@@ -54,6 +54,8 @@ class RoundGroup:
       smoothing: when > 0, users send the gradient of the Moreau envelope of
         their loss with this β instead of the job's problem's gradient (the
         phased reductions re-smooth every phase); the norm bound is unchanged.
+      records_per_round, per_record, records_min: how answering users use their
+        records (RoundPlan; set for the run by `with_records`).
     """
 
     rounds: int
@@ -71,6 +73,9 @@ class RoundGroup:
     noisy_max: tuple = ()
     honest_fraction: float = 1.0
     smoothing: float = 0.0
+    records_per_round: int = 0
+    per_record: bool = False
+    records_min: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +133,26 @@ def with_dropouts(schedule: Schedule, honest_fraction: float) -> Schedule:
     a fresh uniform sample of ⌊γ·users⌋ (at least 1) sends (seed 000 Appendix A.3)."""
     groups = tuple(dataclasses.replace(group, sampling="uniform", honest_fraction=honest_fraction,
                                        sample_size=max(1, math.floor(honest_fraction * group.users)))
+                   for group in schedule.groups)
+    return dataclasses.replace(schedule, groups=groups)
+
+
+def with_records(schedule: Schedule, per_round: int, per_record: bool, minimum: int) -> Schedule:
+    """The schedule with every round's users using `per_round` of their records (0: all),
+    one message per record (record level) or one per user (their mean).
+
+    Args:
+      schedule: the optimizer's schedule.
+      per_round: s (0: every record of the user).
+      per_record: whether each record sends its own message.
+      minimum: the records every user is guaranteed to hold (public).
+
+    Returns:
+      The schedule, unchanged when users hold one record each and use it.
+    """
+    if (per_round, per_record, minimum) == (0, False, 1):
+        return schedule
+    groups = tuple(dataclasses.replace(group, records_per_round=per_round, per_record=per_record, records_min=minimum)
                    for group in schedule.groups)
     return dataclasses.replace(schedule, groups=groups)
 
@@ -212,6 +237,9 @@ class Optimizer(abc.ABC):
       requires: protocol capabilities it needs (see pipeline.protocols.base.CAPABILITIES).
       privacy_models: the privacy models it runs under (None: any).
       samples_users: its rounds sample users afresh (needs a protocol that accounts sampling).
+      record_level: it runs at record level when users hold several records: each answering
+        user sends `records_per_round` of its records as messages of their own (seed 001's
+        CLDP-SGD and DSS-SGD); the others run at user level only.
       final_iterate_only: only its last iterate may be released (round metrics: final).
       sends: GRADIENTS or DATA, what users put through the protocol.
     """
@@ -222,6 +250,7 @@ class Optimizer(abc.ABC):
     requires: ClassVar[frozenset[str]] = frozenset()
     privacy_models: ClassVar[tuple[str, ...]] = PRIVACY_MODELS
     samples_users: ClassVar[bool] = False
+    record_level: ClassVar[bool] = False
     final_iterate_only: ClassVar[bool] = False
     sends: ClassVar[str] = GRADIENTS
     problem: Problem

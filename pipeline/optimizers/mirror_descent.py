@@ -43,6 +43,7 @@ class MirrorDescentL1(SampledSGD):
     name: ClassVar[str] = "mirror_descent_l1"
     overrides: ClassVar[frozenset] = frozenset({"rounds", "batch_size"})  # its step is the theorem's
     requires: ClassVar[frozenset] = frozenset({GAUSSIAN_SUM})
+    record_level: ClassVar[bool] = False  # seed 003 accounts users, each one record: user level only
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,

@@ -29,7 +29,7 @@ from pipeline.optimizers import theory
 from pipeline.optimizers.averaged import AveragedProjectedDescent
 from pipeline.optimizers.base import GRADIENTS, Optimizer, RoundGroup, RoundPlan, Schedule
 from pipeline.optimizers.seq_sgd import SeqSGD
-from pipeline.options import Option, choice
+from pipeline.options import Option, choice, integer
 from pipeline.problems.base import Problem
 from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE
 
@@ -61,6 +61,8 @@ class SampledSGD(Optimizer):
       rounds: T.
       batch_size: k (uniform) or the expected batch q·n (Poisson).
       gradient_bound: G.
+      records_per_round: s, the records each sampled client sends at record level (Alg. 4.3.1;
+        one for DSS-SGD); at user level a client sends the mean over all its records.
     """
 
     problem: Problem
@@ -70,15 +72,17 @@ class SampledSGD(Optimizer):
     rounds: int
     batch_size: int
     gradient_bound: float
+    records_per_round: int = 1
     sampling: ClassVar[str] = "uniform"
     samples_users: ClassVar[bool] = True
+    record_level: ClassVar[bool] = True
     overrides: ClassVar[frozenset] = frozenset({"rounds", "batch_size"})  # η_t = D/(G√t) is the lemma's
 
     @classmethod
     def from_config(cls, problem: Problem, n_users: int, epsilon: float, delta: float,
                     rounds: int | None = None, batch_size: int | None = None,
                     step_size: float | None = None, accounting: str = "paper",
-                    parameters: str = "paper", protocol=None) -> "SampledSGD":
+                    parameters: str = "paper", protocol=None, records_per_round: int | None = None) -> "SampledSGD":
         """k = ⌈√n⌉ and T = ⌈n/k⌉ (each user answers once in expectation) unless given.
 
         Both parameter modes take G from the protocol's exact noise: no O-constant is dropped.
@@ -93,7 +97,7 @@ class SampledSGD(Optimizer):
         if batch_size > n_users:
             raise ConfigError("optimizer.batch_size", batch_size, f"must be ≤ n_users = {n_users}")
         rounds = rounds or math.ceil(n_users / batch_size)
-        draft = cls(problem, n_users, epsilon, delta, rounds, batch_size, 0.0)
+        draft = cls(problem, n_users, epsilon, delta, rounds, batch_size, 0.0, records_per_round or 1)
         return dataclasses.replace(draft, gradient_bound=_gradient_bound(problem, protocol, draft._group(), batch_size))
 
     def _group(self) -> RoundGroup:
@@ -135,6 +139,9 @@ class CldpSGD(SampledSGD):
     """Seed 001 Algorithm 4.3.1 (CLDP-SGD): k of n clients per round, shuffled."""
 
     name: ClassVar[str] = "cldp_sgd"
+    options: ClassVar[tuple] = (Option("records_per_round", integer(1), "s: at privacy.unit record, each sampled "
+                                       "client sends s of its records, one message each (seed 001 Alg. 4.3.1; "
+                                       "default 1)"),)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -230,6 +230,11 @@ class Problem(abc.ABC):
         """Excess population loss F(θ) − F(θ*)."""
         return self.population_loss(theta) - self.population_loss(self.optimum)
 
+    def read_user_records(self, n_users: int, first: int, stop: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Users first … stop−1's records (problems with `reads_rows`), user by user, and how many
+        records each holds (None: one each). The default reads one record per user (`read_users`)."""
+        return self.read_users(n_users, first, stop), None
+
     def for_run(self, run) -> "Problem":
         """The problem a run uses: itself, unless it depends on the run's (n, ε, δ)
         (the lower-bound instances, pipeline.problems.hard) or cannot serve its n

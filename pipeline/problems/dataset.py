@@ -29,6 +29,7 @@ from pipeline.errors import ConfigError
 from pipeline.options import Option, choice, integer, real, text
 from pipeline.problems.base import Problem, ball_projection
 from pipeline.problems.losses import LOSSES, Loss
+from pipeline.problems.records import group_rows
 from pipeline.problems.tables import Table, TableError
 
 ROW_MODES = ("clip", "normalize")
@@ -36,6 +37,8 @@ PREPARE_ROWS = 8192  # rows preprocessed at once: (d + 1) × 8192 floats stay in
 
 # (source, size, mtime, columns, label checks) → (rows, fingerprint): each table is scanned once per process.
 _SCANNED: dict[tuple, tuple[int, str]] = {}
+# (source, size, mtime, user column) → (rows user by user, records per user): grouped once per process.
+_GROUPED: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
 
 class Dataset(Problem):
@@ -43,14 +46,18 @@ class Dataset(Problem):
     of `problem.source` (pipeline.problems.losses gives φ and its constants).
 
     Users: the table's rows in file order (write the file shuffled when its order
-    means something: experiments/make_datasets.py does). With `test_fraction` f, a
+    means something: experiments/make_datasets.py does); or, with `user_column`, each
+    distinct value of that column is one user holding its rows (users in order of their
+    first row), and `min_records` is the number of records every user is declared to hold
+    (checked when planned; the record-level accountant's m). With `test_fraction` f, a
     uniform subset of round(f·N) rows, drawn from `split_seed`, is held out; when
     n_users is below the rows left, the users are a uniform subset of them drawn
     from (split_seed, n_users). Both draws are the dataset's, not the run's: every
     seed of a grid runs on the same users, and only the protocol's randomness varies.
 
     The loss measured (`excess_loss`) is the excess empirical risk
-    F(θ) − F(θ̂) of F(θ) = (1/n)Σᵢ ℓ(θ, xᵢ), θ̂ computed once per dataset by
+    F(θ) − F(θ̂) of F(θ) = (1/n)Σᵢ ℓ(θ, xᵢ) (with several records per user, ℓ of a user is
+    the mean over its records: every user weighs 1/n), θ̂ computed once per dataset by
     `pipeline.engine.evaluation` with scipy, to a Frank–Wolfe gap that is reported.
 
     Constants: B = feature_bound after preprocessing, scores |s| ≤ R·B, then
@@ -82,13 +89,17 @@ class Dataset(Problem):
         Option("l2", real(0.0, math.inf, False, True), "μ: a ridge term (μ/2)‖θ‖², making the loss μ-strongly convex", 0.0),
         Option("split_seed", integer(0), "seeds the held-out split and the users' sample", 0),
         Option("evaluations", integer(1), "how many rounds' metrics are measured (log-spaced, the last always)", 64),
+        Option("user_column", text, "the column naming each record's user (integers or strings): each distinct "
+               "value is one user holding its rows; absent: each row is one user"),
+        Option("min_records", integer(1), "m: every user is declared to hold at least m records (checked when "
+               "planned; record-level accounting samples 1 of m)", 1),
     )
 
     def __init__(self, dim: int, radius: float, source: str | None = None, loss: str = "logistic",
                  label: str = "label", features: str = "*", test: str | None = None, test_fraction: float = 0.0,
                  classes: int | None = None, feature_bound: float = 1.0, scale: float = 1.0, rows: str = "clip",
                  label_bound: float = 1.0, huber_delta: float = 1.0, l2: float = 0.0, split_seed: int = 0,
-                 evaluations: int = 64):
+                 evaluations: int = 64, user_column: str | None = None, min_records: int = 1):
         if source is None:
             raise ConfigError("problem.source", None, "is required for problem dataset: a table of the users' records")
         if loss == "multinomial" and classes is None:
@@ -98,6 +109,13 @@ class Dataset(Problem):
         if test is not None and test_fraction > 0:
             raise ConfigError("problem.test_fraction", test_fraction,
                               "give either problem.test (a held-out table) or problem.test_fraction, not both")
+        if user_column is not None and test_fraction > 0:
+            raise ConfigError("problem.test_fraction", test_fraction, "holds out rows, and problem.user_column groups "
+                              "rows into users: give held-out records as problem.test instead")
+        if user_column is None and min_records != 1:
+            raise ConfigError("problem.min_records", min_records, "applies with problem.user_column only "
+                              "(without it each row is one user)")
+        self.user_column, self.min_records = user_column, min_records
         self.source, self.test, self.label, self.features_pattern = source, test, label, features
         self.test_fraction, self.split_seed, self.evaluations = test_fraction, split_seed, evaluations
         self.radius, self.feature_bound, self.scale, self.rows = radius, feature_bound, scale, rows
@@ -110,6 +128,8 @@ class Dataset(Problem):
         self.source_rows, self.fingerprint = self._scan("problem.source", source)
         self.test_rows = self._scan("problem.test", test)[0] if test is not None else round(test_fraction * self.source_rows)
         self.dim = dim * self.loss.outputs
+        if user_column is not None:
+            self._check_users()
 
     # --- preflight: what makes bad input one line before any run ------------------------
 
@@ -184,16 +204,53 @@ class Dataset(Problem):
         _SCANNED[key] = rows, table.fingerprint()
         return _SCANNED[key]
 
+    def _users(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rows user by user, records per user) of a table with a user column; once per process.
+
+        Raises:
+          TableError: the column is missing, has missing values or is neither integers nor strings.
+        """
+        table = Table(self.source)
+        key = (self.source, table.size, table.mtime, self.user_column)
+        if key not in _GROUPED:
+            _GROUPED[key] = group_rows(table.keys(self.user_column))
+        return _GROUPED[key]
+
+    def _check_users(self) -> None:
+        """Refuses a user column that cannot group the rows, or users below the declared minimum.
+
+        Raises:
+          ConfigError: naming problem.user_column or problem.min_records.
+        """
+        if self.user_column == self.label or self.user_column in self.features:
+            raise ConfigError("problem.user_column", self.user_column, "must not be the label or a feature column "
+                              "(set problem.features to exclude it)")
+        try:
+            _, counts = self._users()
+        except TableError as error:
+            raise ConfigError("problem.user_column", self.user_column, str(error)) from None
+        if counts.min() < self.min_records:
+            raise ConfigError("problem.min_records", self.min_records,
+                              f"every user must hold at least this many records; {int((counts < self.min_records).sum())} "
+                              f"of the {counts.size} users of {self.source} hold fewer (the fewest: {int(counts.min())})")
+
+    @property
+    def users_available(self) -> int:
+        """The training users the table holds (rows, or distinct values of the user column)."""
+        if self.user_column is not None:
+            return self._users()[1].size
+        return self.source_rows - (self.test_rows if self.test is None else 0)
+
     def for_run(self, run) -> "Dataset":
         """Itself, once the table is known to hold the run's n users (training rows).
 
         Raises:
           ConfigError: naming n_users.
         """
-        available = self.source_rows - (self.test_rows if self.test is None else 0)
+        available = self.users_available
         if run["n_users"] > available:
-            raise ConfigError("n_users", run["n_users"],
-                              f"must be at most the {available} training rows of {self.source}")
+            what = f"users (distinct {self.user_column!r} values)" if self.user_column else "training rows"
+            raise ConfigError("n_users", run["n_users"], f"must be at most the {available} {what} of {self.source}")
         return self
 
     # --- which rows are whose -----------------------------------------------------------
@@ -209,9 +266,10 @@ class Dataset(Problem):
         return np.flatnonzero(mask), np.sort(held)
 
     def training_rows(self, n_users: int) -> np.ndarray | None:
-        """The source rows of users 0 … n−1, sorted; None when they are rows 0 … n−1."""
+        """The source rows of users 0 … n−1, sorted; None when they are rows 0 … n−1
+        (with a user column: the users' indices, in order of their first row)."""
         train, _ = self._split()
-        available = self.source_rows if train is None else train.size
+        available = self.users_available if self.user_column else (self.source_rows if train is None else train.size)
         if n_users == available:
             return train
         pool = np.arange(available) if train is None else train
@@ -255,6 +313,26 @@ class Dataset(Problem):
         raw[-1] = self.loss.code(raw[-1])
         return True
 
+    def read_user_records(self, n_users: int, first: int, stop: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Users first … stop−1's records, user by user, and how many each holds.
+
+        Returns:
+          (float64 array (d + 1, records), records per user or None when each row is one user).
+        """
+        if self.user_column is None:
+            return self.read_users(n_users, first, stop), None
+        rows, counts = self._users()
+        chosen = self.training_rows(n_users)
+        users = np.arange(first, stop) if chosen is None else chosen[first:stop]
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        wanted = np.concatenate([rows[starts[user]: starts[user + 1]] for user in users]) if users.size else \
+            np.zeros(0, np.int64)
+        order = np.argsort(wanted, kind="stable")  # the table is read in row order, then put user by user
+        raw = self._read(self.source, wanted[order], 0, wanted.size)
+        records = np.empty_like(raw)
+        records[:, order] = raw
+        return records, counts[users]
+
     def read_users(self, n_users: int, first: int, stop: int) -> np.ndarray:
         """Users first … stop−1's records, read from the table (only their rows).
 
@@ -296,28 +374,37 @@ class Dataset(Problem):
         np.copyto(out, grads)
         return out
 
-    def metric_sums(self, thetas: np.ndarray, data: np.ndarray) -> np.ndarray:
+    def metric_sums(self, thetas: np.ndarray, data: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
         """Sums over records of the loss (and, for classifiers, of correct predictions), per model.
 
         Args:
           thetas: T models, (T, dim).
           data: records, (d + 1, rows).
+          weights: each record's weight (1/(its user's records): every user counts once); None: 1.
 
         Returns:
           (2, T): loss sums (without the ridge term), then correct counts (0 for regressions).
         """
         scores = self._scores(thetas, data)
         labels = data[-1]
-        correct = self.loss.correct(scores, labels).sum(axis=1) if self.loss.classifier else np.zeros(len(thetas))
-        return np.stack([self.loss.values(scores, labels).sum(axis=1), correct.astype(float)])
+        correct = self.loss.correct(scores, labels) if self.loss.classifier else np.zeros((len(thetas), 1))
+        values = self.loss.values(scores, labels)
+        if weights is None:
+            return np.stack([values.sum(axis=1), correct.sum(axis=1).astype(float)])
+        return np.stack([values @ weights, correct.astype(float) @ weights if self.loss.classifier else
+                         np.zeros(len(thetas))])
 
-    def objective_sums(self, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
-        """The loss sum and its gradient over records (without the ridge term), as one vector (1 + dim,)."""
+    def objective_sums(self, theta: np.ndarray, data: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        """The loss sum and its gradient over records (without the ridge term), as one vector (1 + dim,);
+        with `weights`, the weighted sums (see metric_sums)."""
         scores = self._scores(theta[None, :], data)
         labels = data[-1]
         slope = self.loss.derivative(scores, labels)[:, 0]
+        values = self.loss.values(scores, labels)
+        if weights is not None:
+            slope, values = slope * weights, values * weights
         gradient = (slope @ data[:-1].T).reshape(-1)  # Σᵢ φ'ᵢ xᵢᵀ, row k for output k
-        return np.concatenate([[self.loss.values(scores, labels).sum()], gradient])
+        return np.concatenate([[values.sum()], gradient])
 
     def risk(self, loss_mean: float, theta: np.ndarray) -> float:
         """F(θ) from the mean loss: adds the ridge term."""
@@ -365,5 +452,6 @@ class Dataset(Problem):
                      "loss": self.loss.name, "classes": self.loss.classes, "label_bound": self.loss.label_bound,
                      "huber_delta": self.loss.huber_delta, "l2": self.l2, "radius": self.radius,
                      "feature_bound": self.feature_bound, "scale": self.scale, "rows": self.rows,
-                     "test_fraction": self.test_fraction, "split_seed": self.split_seed, "n_users": n_users}
+                     "test_fraction": self.test_fraction, "split_seed": self.split_seed, "n_users": n_users,
+                     **({"user_column": self.user_column} if self.user_column else {})}
         return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()

@@ -286,6 +286,35 @@ class Table:
             return self._npz_array(array)[:, int(index)]
         return self._npz_array(name)
 
+    def keys(self, name: str) -> np.ndarray:
+        """Every value of one column of integers or strings (a user column), in row order.
+
+        Raises:
+          TableError: no such column, missing values, or values that are neither integers nor strings.
+        """
+        import pyarrow as pa
+
+        if self.format == "npz":
+            if name not in self._npz or self._npz[name][1] is not None:
+                raise TableError(f"has no 1-D array {name!r}")
+            values = np.asarray(self._npz_array(name))
+            if values.dtype.kind not in "iu":
+                raise TableError(f"column {name!r} holds {values.dtype} values: a user column holds integers or strings")
+            return values
+        if name not in self.columns:
+            raise TableError(f"has no column {name!r}")
+        if self.format == "parquet":
+            column = self._parquet.read(columns=[name]).column(0)
+        else:
+            column = pa.concat_arrays([batch.column(0) for batch in self._csv_reader([name])]) \
+                if self.num_rows else pa.array([], pa.int64())
+        if column.null_count:
+            raise TableError(f"column {name!r} has missing values: every record must name its user")
+        kind = column.type
+        if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise TableError(f"column {name!r} holds {kind} values: a user column holds integers or strings")
+        return column.to_numpy(zero_copy_only=False)
+
     def scan(self, columns: list[str]) -> Iterator[np.ndarray]:
         """Every row of some columns, a batch at a time (for checks that must see every value).
 

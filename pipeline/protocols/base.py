@@ -71,6 +71,12 @@ class RoundPlan:
       noisy_max: the report-noisy-max selections the round feeds (NOISY_MAX).
       honest_fraction: robust mode's γ (supports_robust).
       smoothing: > 0 when users send the Moreau envelope's gradient with this β.
+      records_per_round: s, how many of each answering user's records it uses (0: all of them).
+      per_record: record-level privacy: each used record sends its own message (seed 001
+        Alg. 4.3.1's s messages per client); False: the user sends one input, the mean of
+        its used records' (user-level privacy, or one record each).
+      records_min: m, the records every user is guaranteed to hold (public; the
+        record-level accountant's sampling rate s/m).
     """
 
     round: int
@@ -88,6 +94,14 @@ class RoundPlan:
     noisy_max: tuple = ()
     honest_fraction: float = 1.0
     smoothing: float = 0.0
+    records_per_round: int = 0
+    per_record: bool = False
+    records_min: int = 1
+
+    @property
+    def messages_per_user(self) -> int:
+        """Messages each answering user is sure to send: one, or at record level min(s, m)."""
+        return min(self.records_per_round, self.records_min) if self.per_record else 1
 
     @property
     def population(self) -> int:
@@ -160,6 +174,8 @@ class Protocol(abc.ABC):
       supports_literal: encode_messages / count_messages materialize every message.
       supports_robust: it plans robust mode's dropouts (RoundPlan.honest_fraction < 1).
       supports_audit: `python -m pipeline audit` can attack its calls.
+      supports_records: its events account record-level privacy when users hold several
+        records (RoundPlan.per_record: seed 001's two-level sampling, Lemma 4.3.1).
 
     Args:
       accounting: "paper" or "tight", the ledger mode its noise is calibrated for.
@@ -175,6 +191,7 @@ class Protocol(abc.ABC):
     supports_literal: ClassVar[bool] = False
     supports_robust: ClassVar[bool] = False
     supports_audit: ClassVar[bool] = False
+    supports_records: ClassVar[bool] = False
 
     def __init__(self, accounting: str = "paper"):
         self.accounting = accounting

@@ -33,6 +33,8 @@ class GirgisCall:
       population: the users sampled from.
       sampling: "all", "uniform" or "poisson".
       rate: the Poisson rate (0 otherwise).
+      record_messages, records_min: record level (RoundPlan.per_record): s records sent per
+        answering user, of the m each is guaranteed to hold; (0, 1) at user level.
     """
 
     randomizer: girgis.GirgisParams
@@ -40,10 +42,14 @@ class GirgisCall:
     population: int
     sampling: str
     rate: float
+    record_messages: int = 0
+    records_min: int = 1
 
     @property
     def expected_users(self) -> float:
-        return self.rate * self.population if self.sampling == "poisson" else self.users
+        """Expected reports per stream: users (or messages, at record level)."""
+        users = self.rate * self.population if self.sampling == "poisson" else self.users
+        return users * (self.record_messages or 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +76,7 @@ class GirgisProtocol(Protocol):
     kind = ""
     model = "shuffle"
     supports_sampling = True
+    supports_records = True
 
     def __init__(self, accounting: str = "paper", levels: int | None = None, messages: int | None = None):
         super().__init__(accounting)
@@ -93,7 +100,8 @@ class GirgisProtocol(Protocol):
         try:
             return _plan(self.kind, self.accounting, self.levels, self.messages, round_plan.users,
                          round_plan.population, round_plan.sampling, round_plan.rate, dim,
-                         self.radius(dim, round_plan.norm_bound), round_plan.epsilon, round_plan.delta, round_plan.folds)
+                         self.radius(dim, round_plan.norm_bound), round_plan.epsilon, round_plan.delta, round_plan.folds,
+                         (round_plan.records_per_round, round_plan.records_min) if round_plan.per_record else (0, 1))
         except ValueError as error:  # the randomizer names its own bad option (m or s) first
             option = next((key for key in ("levels", "messages") if str(error).startswith(key)), None)
             if option is None:
@@ -107,7 +115,8 @@ class GirgisProtocol(Protocol):
 
     @staticmethod
     def event(call: GirgisCall, block_size: int) -> privacy.events.ShuffleLdpDpEvent:
-        return _event(call.randomizer, call.users, call.population, call.sampling, call.rate)
+        return _event(call.randomizer, call.users, call.population, call.sampling, call.rate,
+                      (call.record_messages, call.records_min))
 
     @staticmethod
     def encode_block(call: GirgisCall, chunks: Iterable[np.ndarray], rng: np.random.Generator, work=None) -> Histograms:
@@ -127,16 +136,18 @@ class GirgisProtocol(Protocol):
         return girgis.decode(call.randomizer, statistic.counts)
 
 
-def _event(randomizer: girgis.GirgisParams, users: int, population: int, sampling: str, rate: float):
+def _event(randomizer: girgis.GirgisParams, users: int, population: int, sampling: str, rate: float,
+           records: tuple[int, int] = (0, 1)):
     return privacy.events.ShuffleLdpDpEvent(users, population, sampling, rate, girgis.stream_epsilons(randomizer),
-                             f"girgis_{randomizer.kind}", girgis.bits_per_user(randomizer))
+                                            f"girgis_{randomizer.kind}", girgis.bits_per_user(randomizer), *records)
 
 
 @functools.lru_cache(maxsize=1024)
 def _plan(kind: str, accounting: str, levels: int, messages: int | None, users: int, population: int,
           sampling: str, rate: float, dim: int, radius: float, epsilon: float, delta: float,
-          folds: int) -> GirgisCall:
-    """The largest local budget v (to 1e-3 relative) whose `folds` calls spend at most (ε, δ).
+          folds: int, records: tuple[int, int] = (0, 1)) -> GirgisCall:
+    """The largest local budget v (to 1e-3 relative) whose `folds` calls spend at most (ε, δ);
+    `records` = (s, m) at record level (each answering user sends s record messages).
 
     Raises:
       ValueError: even the smallest budget overspends.
@@ -144,10 +155,10 @@ def _plan(kind: str, accounting: str, levels: int, messages: int | None, users: 
     messages = 1 if kind == "l1" else messages or min(dim, 64)
 
     def build(budget: float) -> girgis.GirgisParams:
-        return girgis.plan_girgis(kind, max(users, 1), dim, radius, budget, levels, messages)
+        return girgis.plan_girgis(kind, max(users * max(records[0], 1), 1), dim, radius, budget, levels, messages)
 
     def spent(budget: float) -> float:
-        event = _event(build(budget), users, population, sampling, rate)
+        event = _event(build(budget), users, population, sampling, rate, records)
         return privacy.mechanisms.composed_epsilon(event, folds, delta, accounting)
 
     lo, hi = _BUDGET_RANGE
@@ -158,7 +169,7 @@ def _plan(kind: str, accounting: str, levels: int, messages: int | None, users: 
     while hi / lo > 1.0 + 1e-3:  # v to 0.1%: the MSE moves by 0.2% at most
         mid = math.sqrt(lo * hi)
         lo, hi = (mid, hi) if spent(mid) <= epsilon else (lo, mid)
-    return GirgisCall(build(lo), users, population, sampling, rate)
+    return GirgisCall(build(lo), users, population, sampling, rate, *records)
 
 
 class GirgisBinary(GirgisProtocol):

@@ -1,0 +1,247 @@
+"""Users who hold several records (issue #26): the laws of records_per_user and of the records a
+round uses, a user-level input is the mean of its records, results are bit-identical for any
+sharding and on both backends (1 to 1,000 records per user), the unit is stated everywhere, and
+bad input is one line before any work."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from pipeline import cli, engine
+from pipeline.config import expand
+from pipeline.engine.shard import Shard
+from pipeline.problems.records import choose_records, group_rows, parse_records_per_user
+from pipeline.runner import plan_run
+
+DIM = 3
+
+
+def _clients_table(path: Path, counts: list[int], seed: int = 0, shuffled: bool = True,
+                   user_values=None) -> Path:
+    """A logistic table whose user `client` holds counts[u] records, rows in a random order."""
+    rng = np.random.default_rng(seed)
+    clients = np.repeat(np.arange(len(counts)), counts) if user_values is None else user_values
+    rows = len(clients)
+    features = rng.normal(size=(rows, DIM))
+    features /= np.maximum(1.0, np.linalg.norm(features, axis=1, keepdims=True))  # inside the declared bound 1
+    labels = (rng.random(rows) < 1 / (1 + np.exp(-features @ np.array([1.0, -0.5, 0.25])))).astype(np.int64)
+    order = rng.permutation(rows) if shuffled else np.arange(rows)
+    columns = {f"x{k}": features[order, k] for k in range(DIM)}
+    pq.write_table(pa.table({**columns, "label": labels[order], "client": pa.array(np.asarray(clients)[order])}),
+                   path, row_group_size=500)
+    return path
+
+
+def _dataset(source: Path, **options) -> dict:
+    return {"name": "dataset", "source": str(source), "dim": DIM, "loss": "logistic", "radius": 1.0,
+            "features": "x*", "user_column": "client", **options}
+
+
+def _config(problem: dict, optimizer: dict, privacy: dict, n: int, **extra) -> dict:
+    return {"experiment": "records", "problem": problem, "n_users": n, "optimizer": optimizer,
+            "privacy": {"epsilon": 2.0, "delta": 1e-6, **privacy},
+            "execution": {"backend": "local", "shards": 1, "block_size": 64}, **extra}
+
+
+# --------------------------------------------------------------------------- laws
+
+
+def test_poisson_and_zipf_record_counts_follow_their_laws():
+    """1 + Poisson(λ − 1) has mean λ, variance λ − 1; the truncated Zipf has P(m = j) = j^−a / H_{M,a}.
+    Each sample frequency within 5 standard errors of its exact value."""
+    users = 200_000
+    rng = np.random.default_rng(11)
+    poisson = parse_records_per_user({"poisson": 20}).draw(rng, users)
+    assert poisson.min() >= 1 and abs(poisson.mean() - 20) <= 5 * math.sqrt(19 / users)
+    zipf = parse_records_per_user({"zipf": 1.5, "max": 1000})
+    drawn = zipf.draw(rng, users)
+    assert drawn.min() >= 1 and drawn.max() <= 1000
+    harmonic = (np.arange(1, 1001, dtype=float) ** -1.5).sum()
+    for j in (1, 2, 10):
+        p = j**-1.5 / harmonic
+        assert abs((drawn == j).mean() - p) <= 5 * math.sqrt(p * (1 - p) / users), j
+    # The declared mean (the memory rule's bytes per user) against the exact sum.
+    assert zipf.mean == pytest.approx((np.arange(1, 1001) ** -0.5).sum() / harmonic, rel=1e-12)
+
+
+def test_a_round_uses_s_distinct_records_of_each_user_uniformly():
+    """choose_records: min(s, m) distinct records of each user; a record is used with probability
+    min(s, m)/m (5 standard errors over 40,000 users of each size)."""
+    sizes, s, repeats = np.array([1, 2, 5, 10]), 2, 40_000
+    counts = np.tile(sizes, repeats)
+    within, owners = choose_records(np.random.default_rng(3), counts, s)
+    assert np.all(np.diff(owners) >= 0)  # grouped by user, in user order
+    per_user = np.bincount(owners, minlength=counts.size)
+    assert np.array_equal(per_user, np.minimum(counts, s))
+    assert np.all(within < counts[owners])
+    assert len(set(zip(owners.tolist(), within.tolist()))) == owners.size  # no record twice
+    for position, m in enumerate(sizes):
+        mine = owners % sizes.size == position
+        frequency = np.bincount(within[mine], minlength=m) / repeats
+        p = min(s, m) / m
+        assert np.all(np.abs(frequency - p) <= 5 * math.sqrt(p * (1 - p) / repeats) + 1e-12), m
+
+
+def test_rows_group_by_user_in_order_of_first_row_each_in_file_order():
+    rows, counts = group_rows(np.array(["b", "a", "b", "c", "a", "b"]))
+    assert rows.tolist() == [0, 2, 5, 1, 4, 3] and counts.tolist() == [3, 2, 1]
+
+
+# --------------------------------------------------------------------------- what users send
+
+
+def test_a_user_level_input_is_the_mean_of_the_users_records_and_a_record_level_one_each(tmp_path):
+    counts = [1, 7, 3, 40, 2] * 20
+    source = _clients_table(tmp_path / "c.parquet", counts)
+    user = plan_run(expand(_config(_dataset(source), {"name": "seq_sgd", "batch_size": 30},
+                                   {"protocol": "cjmp_vec"}, len(counts)))[0]).job
+    shard, theta = Shard(user, 0, user.layout.n_blocks), np.array([0.3, -0.2, 0.1])
+    table = pq.read_table(source).to_pandas()
+    plan = user.schedule.plan(1)
+    inputs = shard._inputs(plan, theta, slice(plan.first_user, plan.stop_user), 0)
+    assert inputs.shape == (DIM, plan.stop_user - plan.first_user)
+    users_in_order = table["client"].drop_duplicates().to_numpy()  # user u: the u-th client to appear
+    for column, u in enumerate(range(plan.first_user, plan.stop_user)):
+        rows = table[table["client"] == users_in_order[u]]  # in file order
+        data = np.vstack([rows[[f"x{k}" for k in range(DIM)]].to_numpy().T,
+                          user.problem.loss.code(rows["label"].to_numpy().astype(float))])
+        expected = user.problem.gradients(theta, data).mean(axis=1)
+        assert np.allclose(inputs[:, column], expected, rtol=1e-12, atol=1e-15), u
+    record = plan_run(expand(_config(_dataset(source), {"name": "cldp_sgd", "records_per_round": 3},
+                                     {"protocol": "girgis_l2", "unit": "record"}, len(counts)))[0]).job
+    plan = record.schedule.plan(0)
+    assert plan.per_record and plan.records_per_round == 3
+    held = table["client"].value_counts()[users_in_order[:10]].to_numpy()
+    inputs = Shard(record, 0, record.layout.n_blocks)._inputs(plan, theta, np.arange(10), 0)
+    assert inputs.shape[1] == np.minimum(held, 3).sum()  # one input per record used
+
+
+# --------------------------------------------------------------------------- bit identity
+
+
+def _synthetic(records, n=500):
+    return {"name": "quadratic", "dim": DIM, "radius": 1.0, "records_per_user": records}
+
+
+CASES = {
+    # (problem, optimizer, privacy, n): user level on each engine path, record level on seed 001's two.
+    "seq_sgd_zipf_user": (_synthetic({"zipf": 1.2, "max": 1000}), {"name": "seq_sgd", "batch_size": 37},
+                          {"protocol": "cjmp_vec"}, 500),
+    "full_gd_fixed_user": (_synthetic(4), {"name": "full_gd", "rounds": 4}, {"protocol": "cjmp_vec"}, 500),
+    "mean_estimation_poisson_user": (_synthetic({"poisson": 6}), {"name": "mean_estimation"},
+                                     {"protocol": "shuffle_gaussian"}, 500),
+    "cldp_sgd_poisson_record": (_synthetic({"poisson": 5}), {"name": "cldp_sgd", "records_per_round": 2},
+                                {"protocol": "girgis_l2", "unit": "record"}, 800),
+    "dss_sgd_fixed_record": (_synthetic(3), {"name": "dss_sgd"}, {"protocol": "girgis_l2", "unit": "record"}, 800),
+}
+
+
+def _trace(job, backend, shards):
+    state, records = engine.execute(job, backend, shards)
+    return np.array([r.excess_loss for r in records]), job.optimizer.output(state)
+
+
+def _assert_identical(job):
+    reference = _trace(job, "local", 1)
+    assert np.all(np.isfinite(reference[0]))
+    for backend, shards in (("local", 3), ("ray", 1), ("ray", 3)):
+        losses, theta = _trace(job, backend, shards)
+        assert np.array_equal(losses, reference[0]) and np.array_equal(theta, reference[1]), (backend, shards)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_synthetic_users_with_several_records_are_bit_identical_on_any_sharding(ray_session, name):
+    problem, optimizer, privacy, n = CASES[name]
+    _assert_identical(plan_run(expand(_config(problem, optimizer, privacy, n))[0]).job)
+
+
+@pytest.mark.parametrize("unit", ["user", "record"])
+def test_a_table_of_users_with_1_to_1000_records_is_bit_identical_on_any_sharding(tmp_path, ray_session, unit):
+    counts = np.random.default_rng(5).integers(1, 60, 300)
+    counts[[0, 150, 299]] = [1000, 1, 1000]  # a user at each end of the range, at the first and last blocks
+    source = _clients_table(tmp_path / "c.parquet", counts.tolist())
+    optimizer = {"name": "cldp_sgd", **({"records_per_round": 2} if unit == "record" else {})}
+    job = plan_run(expand(_config(_dataset(source), optimizer, {"protocol": "girgis_l2", "unit": unit},
+                                  counts.size))[0]).job
+    shards = [Shard(job, *bounds) for bounds in ((0, 2), (2, job.layout.n_blocks))]
+    assert sum(shard.data.shape[1] for shard in shards) == counts.sum()  # every record, in one shard only
+    _assert_identical(job)
+
+
+# --------------------------------------------------------------------------- the public command
+
+
+def _write(folder: Path, tree: dict) -> Path:
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(tree, sort_keys=False))
+    return path
+
+
+def test_the_unit_is_stated_in_the_ledger_runs_parquet_and_mlflow(tmp_path, new_mlflow_store):
+    source = _clients_table(tmp_path / "c.parquet", [4, 6, 9] * 100)
+    tree = _config(_dataset(source, min_records=4), {"name": "cldp_sgd", "records_per_round": 2},
+                   {"protocol": "girgis_l2"}, 300, grid={"privacy.unit": ["record", "user"]},
+                   tracking={"mlflow_uri": new_mlflow_store(tmp_path / "mlflow.db"), "out": str(tmp_path / "out")})
+    # records_per_round applies at record level only: the user-level point runs without it.
+    tree["optimizer"].pop("records_per_round")
+    assert cli.main(["run", str(_write(tmp_path, tree))]) == 0
+    runs = pd.read_parquet(tmp_path / "out" / "runs.parquet")
+    assert sorted(runs["privacy.unit"]) == ["record", "user"] and set(runs["status"]) == {"finished"}
+    for row in runs.to_dict("records"):
+        ledger = json.loads((tmp_path / "out" / "artifacts" / row["run_id"] / "ledger.json").read_text())
+        assert ledger["unit"]["name"] == row["privacy.unit"] and 0 < row["epsilon"] <= 2.0
+    import mlflow
+
+    mlflow.set_tracking_uri(tree["tracking"]["mlflow_uri"])
+    found = mlflow.search_runs(experiment_names=["records"])
+    assert sorted(found["params.privacy.unit"]) == ["record", "user"]
+
+
+BAD = {
+    # (problem options, optimizer, privacy) → the field the one line names
+    "missing column": ({"user_column": "writer"}, {"name": "seq_sgd"}, {}, "problem.user_column"),
+    "nulls": ({"user_column": "holes"}, {"name": "seq_sgd"}, {}, "problem.user_column"),
+    "floats": ({"user_column": "score"}, {"name": "seq_sgd"}, {}, "problem.user_column"),
+    "min_records above the fewest": ({"min_records": 3}, {"name": "seq_sgd"}, {}, "problem.min_records"),
+    "record level without an accountant": ({}, {"name": "seq_sgd"}, {"unit": "record"}, "privacy.unit"),
+    "record level on a one-message protocol": ({}, {"name": "cldp_sgd"}, {"unit": "record",
+                                                                          "protocol": "shuffle_gaussian"},
+                                               "privacy.unit"),
+    "s at user level": ({}, {"name": "cldp_sgd", "records_per_round": 2}, {"unit": "user", "protocol": "girgis_l2"},
+                        "optimizer.records_per_round"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_is_one_line_naming_the_field_before_any_work(tmp_path, capsys, case):
+    options, optimizer, privacy, field = BAD[case]
+    source = _clients_table(tmp_path / "c.parquet", [1, 2, 3] * 30)
+    table = pq.read_table(source)
+    holes = pa.array([None if i % 7 == 0 else i for i in range(table.num_rows)], pa.int64())
+    scores = pa.array(np.linspace(0, 1, table.num_rows))
+    pq.write_table(table.append_column("holes", holes).append_column("score", scores), source)
+    problem = {**_dataset(source), **options}
+    tree = _config(problem, optimizer, privacy, 90,
+                   tracking={"mlflow_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "out": str(tmp_path / "out")})
+    assert cli.main(["run", str(_write(tmp_path, tree))]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"config error: {field} = "), lines
+    assert not (tmp_path / "out").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, {"poisson": 0.5}, {"zipf": 1.5}, "many"])
+def test_records_per_user_outside_its_rule_is_one_line(tmp_path, capsys, value):
+    tree = _config(_synthetic(value), {"name": "seq_sgd"}, {"protocol": "cjmp_vec"}, 100,
+                   tracking={"mlflow_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "out": str(tmp_path / "out")})
+    assert cli.main(["run", str(_write(tmp_path, tree))]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("config error: problem.records_per_user = "), lines
+    assert not (tmp_path / "out").exists()
