@@ -23,16 +23,22 @@ from scipy import special, stats
 from pipeline.protocols import cjmp
 
 
-def _statistic(params: cjmp.PvecParams, moved: bool, trials: int, seed: int) -> np.ndarray:
-    """Label 1's centred count in `trials` independent runs of the real encoder."""
+def worst_case_inputs(params: cjmp.PvecParams) -> tuple[np.ndarray, np.ndarray]:
+    """The worst-case neighbours' inputs (d, users): every user at −Δ₂·e₁, and the same with
+    user 0 moved to +Δ₂·e₁."""
     base = np.zeros((params.dim, params.users))
     base[0, :] = -params.norm_bound
-    if moved:
-        base[0, 0] = params.norm_bound
-    rng = np.random.default_rng(np.random.SeedSequence([seed, int(moved)]))
+    moved = base.copy()
+    moved[0, 0] = params.norm_bound
+    return base, moved
+
+
+def _statistic(params: cjmp.PvecParams, inputs: np.ndarray, trials: int, key: list[int]) -> np.ndarray:
+    """Label 1's centred count in `trials` independent runs of the real encoder on `inputs`."""
+    rng = np.random.default_rng(np.random.SeedSequence(key))
     out = np.empty(trials)
     for trial in range(trials):
-        total = cjmp.encode_block(params, [base.copy()], rng)
+        total = cjmp.encode_block(params, [inputs.copy()], rng)
         out[trial] = cjmp.finish(params, total).centred_ones[0]
     return out
 
@@ -50,7 +56,8 @@ def _epsilon_lower_bound(null: np.ndarray, alternative: np.ndarray, threshold: f
     return max(0.0, math.log((tpr_low - delta) / fpr_high))
 
 
-def audit_pvec(params: cjmp.PvecParams, trials: int = 20_000, alpha: float = 0.05, seed: int = 0) -> dict:
+def audit_pvec(params: cjmp.PvecParams, trials: int = 20_000, alpha: float = 0.05, seed: int = 0,
+               neighbours: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
     """Runs the attack against one P_vec (or P_1D) call.
 
     Args:
@@ -58,14 +65,18 @@ def audit_pvec(params: cjmp.PvecParams, trials: int = 20_000, alpha: float = 0.0
       trials: runs per neighbour (half choose the threshold, half measure).
       alpha: 1 − confidence of the bound.
       seed: the attack's randomness.
+      neighbours: the two neighbouring datasets' inputs (d, users), as users send them (for
+        instance a round's inputs from the engine, for users holding several records); None:
+        `worst_case_inputs`. The attack's statistic is label 1's count either way.
 
     Returns:
       {epsilon_lower_bound, threshold, trials, confidence, ...}.
     """
-    null = _statistic(params, False, trials, seed)
-    alternative = _statistic(params, True, trials, seed + 1)
+    null, alternative = worst_case_inputs(params) if neighbours is None else neighbours
+    null, alternative = _statistic(params, null, trials, [seed, 0]), _statistic(params, alternative, trials, [seed + 1, 1])
     return {**_split_audit(null, alternative, params.delta, alpha),
-            "neighbours": "all users at -norm_bound*e1 vs one user moved to +norm_bound*e1"}
+            "neighbours": "all users at -norm_bound*e1 vs one user moved to +norm_bound*e1" if neighbours is None
+            else "the given pair"}
 
 
 def _split_audit(null: np.ndarray, alternative: np.ndarray, delta: float, alpha: float) -> dict:

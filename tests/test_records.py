@@ -245,3 +245,50 @@ def test_records_per_user_outside_its_rule_is_one_line(tmp_path, capsys, value):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("config error: problem.records_per_user = "), lines
     assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- the audit
+
+
+def _one_user_changes(tmp_path: Path, m: int, users: int) -> tuple[Path, Path]:
+    """Two tables of `users` users with m records (e₁, y) each, all y = +1, and the same with
+    user 0's every record at y = −1: neighbours at user level (one user's whole dataset)."""
+    paths = []
+    for name, flipped in (("same", 0), ("changed", m)):
+        labels = np.ones(users * m)
+        labels[:flipped] = -1.0
+        paths.append(tmp_path / f"{name}.parquet")
+        pq.write_table(pa.table({"x0": np.ones(users * m), "x1": np.zeros(users * m), "x2": np.zeros(users * m),
+                                 "label": labels, "client": np.repeat(np.arange(users), m)}), paths[-1])
+    return tuple(paths)
+
+
+def test_the_audit_of_one_user_changing_all_its_records_stays_below_the_user_level_ledger(tmp_path):
+    """At θ = 0 a least-squares record (e₁, y) sends −y·e₁: the engine's first seq_sgd round on the
+    two neighbours moves user 0's input from −e₁ to +e₁ (the mean of its m = 5 records). The
+    distinguishing attack on the run's P_vec call stays at or below the ledger's ε (95%). The same
+    attack on what a user-level bug would send (each record its own message: 5 moved inputs) goes
+    above it: the audit can see the bug this test guards against."""
+    from pipeline.audit import audit_pvec
+
+    m, users, epsilon = 5, 64, 4.0
+    inputs, planned = [], None
+    for source in _one_user_changes(tmp_path, m, users):
+        problem = {**_dataset(source), "loss": "least_squares", "features": "x*"}
+        # Tight noise and few users per round: where the attack gets near the ledger (tests/test_audit.py).
+        planned = plan_run(expand(_config(problem, {"name": "seq_sgd", "batch_size": 16},
+                                          {"protocol": "cjmp_vec", "accounting": "tight", "epsilon": epsilon,
+                                           "delta": 0.01}, users))[0])
+        job, plan = planned.job, planned.job.schedule.plan(0)
+        shard = Shard(job, 0, job.layout.n_blocks)
+        inputs.append(shard._inputs(plan, np.zeros(DIM), slice(plan.first_user, plan.stop_user), 0))
+    assert np.array_equal(inputs[0][:, 0], [-1.0, 0, 0]) and np.array_equal(inputs[1][:, 0], [1.0, 0, 0])
+    assert np.array_equal(inputs[0][:, 1:], inputs[1][:, 1:])
+    params = planned.job.protocol.plan(planned.job.schedule.plan(0), DIM)
+    spent = planned.ledger.total()[0]
+    assert spent <= epsilon
+    honest = audit_pvec(params, trials=20_000, neighbours=tuple(inputs))["epsilon_lower_bound"]
+    assert honest <= spent, (honest, spent)
+    per_record = [np.concatenate([x, np.repeat(x[:, :1], m - 1, axis=1)], axis=1) for x in inputs]
+    bug = audit_pvec(params, trials=20_000, neighbours=tuple(per_record))["epsilon_lower_bound"]
+    assert bug > spent, (honest, bug, spent)
