@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from pipeline.config import FIELDS
+from pipeline.config import FIELDS, HASHED_UNLESS_DEFAULT
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 
@@ -153,6 +153,8 @@ def load(source: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     if not all_runs:
         return pd.DataFrame(columns=list(RUN_KINDS)), pd.DataFrame(columns=list(ROUND_KINDS))
     runs = _latest_finished(pd.concat(all_runs, ignore_index=True))
+    for field in HASHED_UNLESS_DEFAULT:  # a run recorded before the field existed ran at its default
+        runs[field] = runs[field].fillna(FIELDS[field].default) if field in runs else FIELDS[field].default
     rounds = pd.concat(all_rounds, ignore_index=True)
     rounds = rounds[rounds["mlflow_run_id"].isin(runs["mlflow_run_id"])]
     return runs.reset_index(drop=True), rounds.sort_values(["mlflow_run_id", "round"]).reset_index(drop=True)

@@ -97,6 +97,8 @@ def plan_run(run: RunConfig) -> PlannedRun:
             accounting=run["privacy.accounting"], parameters=run["optimizer.parameters"], protocol=protocol,
             **_options(run, "optimizer"),
         )
+        if records["per_record"]:
+            optimizer = optimizer.at_record_level(protocol, records["records_min"])
     except ConfigError:
         raise
     except PlanError as error:

@@ -98,6 +98,22 @@ def test_rows_group_by_user_in_order_of_first_row_each_in_file_order():
 # --------------------------------------------------------------------------- what users send
 
 
+@pytest.mark.parametrize("kind, records", [("l2", 1), ("l2", 3), ("linf", 40), ("l1", 7), ("l1", 1000)])
+def test_a_clients_bits_with_the_histogram_trick_lie_within_seed_001s_bounds(kind, records):
+    """Thm 4.3.1's histogram trick: per stream, C(s + B − 1, s) histograms of s messages over B = 2^b,
+    so (s + B − 1)/s)^s ≤ C ≤ (e(s + B − 1)/s)^s bound its ⌈log2⌉; never more than s·b naive bits."""
+    from pipeline.protocols import girgis
+
+    params = girgis.plan_girgis(kind, 500, 6, 1.0, 2.0)
+    streams = 1 if kind == "l1" else params.levels * params.messages
+    b = girgis.bits_per_user(params) // streams
+    bits = girgis.histogram_bits_per_user(params, records) / streams
+    ratio = (records + 2**b - 1) / records
+    assert bits <= records * b
+    assert min(records * b, records * math.log2(ratio)) <= bits <= records * (math.log2(math.e) + math.log2(ratio)) + 1
+    assert girgis.histogram_bits_per_user(params, 1) == girgis.bits_per_user(params)  # one record: b bits per stream
+
+
 def test_a_user_level_input_is_the_mean_of_the_users_records_and_a_record_level_one_each(tmp_path):
     counts = [1, 7, 3, 40, 2] * 20
     source = _clients_table(tmp_path / "c.parquet", counts)
@@ -203,6 +219,20 @@ def test_the_unit_is_stated_in_the_ledger_runs_parquet_and_mlflow(tmp_path, new_
     mlflow.set_tracking_uri(tree["tracking"]["mlflow_uri"])
     found = mlflow.search_runs(experiment_names=["records"])
     assert sorted(found["params.privacy.unit"]) == ["record", "user"]
+
+
+def test_results_recorded_before_the_unit_existed_load_at_its_default(tmp_path, new_mlflow_store):
+    """A runs part written before privacy.unit and records_per_user were columns (simulated by
+    dropping them) loads with their defaults: such a run had one record per user."""
+    from pipeline import results
+
+    tree = _config(_synthetic(1), {"name": "seq_sgd"}, {"protocol": "cjmp_vec"}, 300,
+                   tracking={"mlflow_uri": new_mlflow_store(tmp_path / "mlflow.db"), "out": str(tmp_path / "out")})
+    assert cli.main(["run", str(_write(tmp_path, tree))]) == 0
+    (part,) = (tmp_path / "out" / "runs.parquet").glob("*.parquet")
+    pq.write_table(pq.read_table(part).drop_columns(["privacy.unit", "problem.records_per_user"]), part)
+    runs, _ = results.load(tmp_path / "out")
+    assert runs[["privacy.unit", "problem.records_per_user"]].values.tolist() == [["user", "1"]]
 
 
 BAD = {

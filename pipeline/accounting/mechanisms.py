@@ -282,8 +282,11 @@ def tight_call(event) -> CallCurve:
         return CallCurve(np.minimum(paper.rdp, unshuffled), None, paper.rule + "; minimum with (M) / the plain Gaussian")
     if isinstance(event, ShuffleLdpDpEvent) and event.record_messages:
         curve = _shuffle_ldp_curve(event, shuffle_ldp.shuffle_rdp_upper)
-        return CallCurve(np.minimum(paper.rdp, curve), None, paper.rule + "; minimum with (M) at the record's exact "
-                         "rate P(client answers)·s/m, per stream the minimum of UB1, UB2, Cor 5.3.1 and ε0-LDP")
+        # A changed record changes one message per stream, each ε0-LDP: their sum bounds the call unamplified.
+        local = _stream_curves(event.stream_epsilons, 0, None)
+        return CallCurve(np.minimum(np.minimum(paper.rdp, curve), local), None, paper.rule + "; minimum with (M) at "
+                         "the record's exact rate P(client answers)·s/m, per stream the minimum of UB1, UB2, Cor 5.3.1 "
+                         "and ε0-LDP, and with the record's own messages' ε0-LDP")
     if isinstance(event, ShuffleLdpDpEvent):
         curve = _shuffle_ldp_curve(event, shuffle_ldp.shuffle_rdp_upper)
         if event.sampling == "uniform":

@@ -281,6 +281,19 @@ class Optimizer(abc.ABC):
           ConfigError: a combination the algorithm cannot run, naming the field.
         """
 
+    def at_record_level(self, protocol: Any, records_min: int) -> "Optimizer":
+        """Itself at record level with several records per user (only optimizers that declare
+        `record_level`; the engine then sends each used record as its own message).
+
+        Args:
+          protocol: the run's protocol (recalibrates what depends on the messages sent).
+          records_min: m, the records every user is guaranteed to hold.
+
+        Returns:
+          The optimizer whose schedule's groups carry the record fields.
+        """
+        raise NotImplementedError(f"{self.name} does not run at record level")
+
     @abc.abstractmethod
     def schedule(self) -> Schedule:
         """The data-independent round schedule (the ledger is planned from it)."""

@@ -44,7 +44,9 @@ class LastIterateState(NamedTuple):
 def _gradient_bound(problem: Problem, protocol, group: RoundGroup, expected_users: float) -> float:
     """G = √(L² + E‖noise on the mean‖²) for a round of this group (its planned call)."""
     plan = RoundPlan(0, group.first_user, group.first_user + group.users, group.epsilon, group.delta,
-                     group.norm_bound, GRADIENTS, group.folds, group.sampling, group.sample_size, group.rate)
+                     group.norm_bound, GRADIENTS, group.folds, group.sampling, group.sample_size, group.rate,
+                     records_per_round=group.records_per_round, per_record=group.per_record,
+                     records_min=group.records_min)
     params = protocol.plan(plan, problem.dim)
     return math.sqrt(problem.lipschitz**2 + protocol.sum_mse(params) / expected_users**2)
 
@@ -73,6 +75,8 @@ class SampledSGD(Optimizer):
     batch_size: int
     gradient_bound: float
     records_per_round: int = 1
+    records_min: int = 1
+    per_record: bool = False
     sampling: ClassVar[str] = "uniform"
     samples_users: ClassVar[bool] = True
     record_level: ClassVar[bool] = True
@@ -100,11 +104,21 @@ class SampledSGD(Optimizer):
         draft = cls(problem, n_users, epsilon, delta, rounds, batch_size, 0.0, records_per_round or 1)
         return dataclasses.replace(draft, gradient_bound=_gradient_bound(problem, protocol, draft._group(), batch_size))
 
+    def at_record_level(self, protocol, records_min: int) -> "SampledSGD":
+        """Itself at record level: each sampled client sends s = records_per_round of its records,
+        and G comes from the record-level call of the k·min(s, m) messages sure to be sent
+        (Lemma 4.3.2: G² = L²(1 + f_p/(ks)), the mean being over all k·s messages)."""
+        draft = dataclasses.replace(self, records_min=records_min, per_record=True)
+        messages = self.batch_size * min(self.records_per_round, records_min)
+        return dataclasses.replace(draft, gradient_bound=_gradient_bound(self.problem, protocol, draft._group(), messages))
+
     def _group(self) -> RoundGroup:
         sample = dict(sample_size=self.batch_size) if self.sampling == "uniform" else dict(
             rate=self.batch_size / self.n_users)
+        records = dict(records_per_round=self.records_per_round, per_record=True,
+                       records_min=self.records_min) if self.per_record else {}
         return RoundGroup(self.rounds, self.n_users, 0, 0, self.epsilon, self.delta, self.problem.lipschitz,
-                          folds=self.rounds, sampling=self.sampling, **sample)
+                          folds=self.rounds, sampling=self.sampling, **sample, **records)
 
     def schedule(self) -> Schedule:
         return Schedule(FULLY_INTERACTIVE, (self._group(),))

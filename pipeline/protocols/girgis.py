@@ -295,6 +295,24 @@ def bits_per_user(params: GirgisParams) -> int:
     return params.levels * params.messages * (index_bits + 1)
 
 
+def histogram_bits_per_user(params: GirgisParams, records: int) -> int:
+    """Bits one user sends for `records` records with the histogram trick (seed 001 Thm 4.3.1):
+    per stream, the histogram of its `records` messages over an alphabet of B = 2^b, that is
+    ⌈log2 C(records + B − 1, records)⌉ bits, or records·b where that is fewer.
+
+    Args:
+      params: the randomizer.
+      records: s ≥ 1, the records the user sends (one message per stream each).
+
+    Returns:
+      The bit count.
+    """
+    streams = 1 if params.kind == "l1" else params.levels * params.messages
+    message_bits = bits_per_user(params) // streams
+    histogram = (math.comb(records + 2**message_bits - 1, records) - 1).bit_length()  # ⌈log2 C⌉, exact
+    return streams * min(records * message_bits, histogram)
+
+
 def statistic_shape(params: GirgisParams) -> tuple[int, int, int]:
     """Shape of the int64 histogram: (levels, padded_dim, 2).
 

@@ -47,9 +47,9 @@ class GirgisCall:
 
     @property
     def expected_users(self) -> float:
-        """Expected reports per stream: users (or messages, at record level)."""
+        """Expected reports per stream: users, or at record level the min(s, m) messages each is sure to send."""
         users = self.rate * self.population if self.sampling == "poisson" else self.users
-        return users * (self.record_messages or 1)
+        return users * (min(self.record_messages, self.records_min) if self.record_messages else 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,8 +138,9 @@ class GirgisProtocol(Protocol):
 
 def _event(randomizer: girgis.GirgisParams, users: int, population: int, sampling: str, rate: float,
            records: tuple[int, int] = (0, 1)):
+    bits = girgis.histogram_bits_per_user(randomizer, records[0]) if records[0] else girgis.bits_per_user(randomizer)
     return privacy.events.ShuffleLdpDpEvent(users, population, sampling, rate, girgis.stream_epsilons(randomizer),
-                                            f"girgis_{randomizer.kind}", girgis.bits_per_user(randomizer), *records)
+                                            f"girgis_{randomizer.kind}", bits, *records)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -154,7 +155,7 @@ def _plan(kind: str, accounting: str, levels: int, messages: int | None, users: 
     """
     messages = 1 if kind == "l1" else messages or min(dim, 64)
 
-    def build(budget: float) -> girgis.GirgisParams:
+    def build(budget: float) -> girgis.GirgisParams:  # sized for the most messages the call may carry (s per user)
         return girgis.plan_girgis(kind, max(users * max(records[0], 1), 1), dim, radius, budget, levels, messages)
 
     def spent(budget: float) -> float:
