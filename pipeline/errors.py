@@ -68,3 +68,19 @@ class ConfigError(ValueError):
         # A field can be a key the user wrote (an unknown field): bounded like a value.
         named = field if len(field) <= SHOWN_CHARS else field[:SHOWN_CHARS] + "…"
         super().__init__(f"config error: {named} = {shown(value)}: {rule}")
+
+
+class NonFiniteError(FloatingPointError):
+    """A NaN or infinite value where a run needs a finite one (a user's gradient, the analyzer's
+    estimate, the model): the run fails with it instead of casting it silently."""
+
+
+def value_class(values) -> str:
+    """Which non-finite value an array holds first: "NaN", "+inf" or "-inf" ("finite values" if none)."""
+    import numpy as np
+
+    values = np.asarray(values, dtype=float).ravel()
+    bad = values[~np.isfinite(values)]
+    if not bad.size:
+        return "finite values"
+    return "NaN" if np.isnan(bad[0]) else ("+inf" if bad[0] > 0 else "-inf")

@@ -8,6 +8,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from pipeline.errors import NonFiniteError, value_class
 from pipeline.protocols.base import RoundPlan
 
 # (plan, protocol parameters, θ) → the analyzer's statistic of the round.
@@ -89,6 +90,9 @@ def execute_rounds(job: Any, state: Any, start: int, stop: int, collect: Collect
         count = job.protocol.released_count(params, counts)
         state = job.optimizer.update(state, noisy_sum / count if count > 0 else None)
         released = job.optimizer.output(state)
+        for name, value in (("the analyzer's estimate", noisy_sum), ("the model θ", released)):
+            if not np.isfinite(value).all():
+                raise NonFiniteError(f"round {round_index}: {name} holds {value_class(value)}")
         if exact:
             records.append(RoundRecord(round_index, plan.first_user, plan.stop_user, params, counts.users,
                                        job.problem.excess_loss(released),

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.engine.job import RunJob
+from pipeline.errors import NonFiniteError, value_class
 from pipeline.engine.layout import (DATA_STREAM, NOISE_STREAM, PERMUTE_STREAM, RECORD_STREAM, RECORDS_STREAM,
                                     ROUND_STREAM, SCATTER_STREAM, Streams, sampled_users)
 from pipeline.engine.rounds import RoundRecords, execute_rounds
@@ -101,10 +102,19 @@ class Shard:
             high = min(low + self._step, stop)
             # A slice stays a view of the shard's data; sampled positions are gathered.
             data = self.data[:, low:high] if contiguous else self.data[:, users[low:high]]
-            yield self._compute(plan, problem, theta, data, self._buffer[: self.dim * (high - low)].reshape(self.dim, high - low))
+            yield self._compute(plan, problem, theta, data, self._buffer[: self.dim * (high - low)].reshape(self.dim, high - low),
+                                lambda: np.arange(low, high) if contiguous else users[low:high])
 
-    def _compute(self, plan: RoundPlan, problem, theta: np.ndarray, data: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """The inputs of some records into out (d, records)."""
+    def _compute(self, plan: RoundPlan, problem, theta: np.ndarray, data: np.ndarray, out: np.ndarray,
+                 owners) -> np.ndarray:
+        """The inputs of some records into out (d, records).
+
+        Args:
+          owners: () → the shard positions of the records' users (called only to name one).
+
+        Raises:
+          NonFiniteError: an input that is NaN or infinite (a randomizer would cast it silently).
+        """
         if plan.inputs == DATA:
             np.copyto(out, data)
         elif theta.ndim == 2:  # two query points: each user's gradient difference (Frank–Wolfe's SPIDER)
@@ -112,6 +122,11 @@ class Shard:
             out -= problem.gradients(theta[1], data)
         else:
             problem.gradients(theta, data, out=out)
+        if not np.isfinite(out).all():
+            column = int(np.flatnonzero(~np.isfinite(out).all(axis=0))[0])
+            what = "data point" if plan.inputs == DATA else "gradient"
+            raise NonFiniteError(f"round {plan.round}: user {self.first_user + int(owners()[column])}'s {what} "
+                                 f"holds {value_class(out[:, column])}")
         return out
 
     def _record_chunks(self, plan: RoundPlan, problem, theta: np.ndarray, users: slice | np.ndarray, block: int):
@@ -132,14 +147,15 @@ class Shard:
             for low in range(0, records.size, self._step):
                 high = min(low + self._step, records.size)
                 yield self._compute(plan, problem, theta, self.data[:, records[low:high]],
-                                    self._buffer[: self.dim * (high - low)].reshape(self.dim, high - low))
+                                    self._buffer[: self.dim * (high - low)].reshape(self.dim, high - low),
+                                    lambda: positions[owner[low:high]])
             return
         starts = offsets_of(np.bincount(owner, minlength=positions.size))
         for low in range(0, positions.size, self._step):
             high = min(low + self._step, positions.size)
             first, stop = starts[low], starts[high]
             inputs = self._compute(plan, problem, theta, self.data[:, records[first:stop]],
-                                   np.empty((self.dim, stop - first)))
+                                   np.empty((self.dim, stop - first)), lambda: positions[owner[first:stop]])
             out = self._buffer[: self.dim * (high - low)].reshape(self.dim, high - low)
             np.add.reduceat(inputs, starts[low:high] - first, axis=1, out=out)
             out /= np.diff(starts[low: high + 1])
