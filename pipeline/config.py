@@ -13,6 +13,7 @@ import itertools
 import json
 import math
 import os
+import urllib.parse
 from pathlib import Path
 from typing import Any, Callable
 
@@ -74,8 +75,11 @@ def _mlflow_uri(value: Any) -> str:
     text = _text(value)
     if "://" not in text and not text.startswith(("sqlite:", "file:")):
         raise ValueError("must be a URI such as sqlite:///mlflow.db, file:///path or http://host:port")
-    if text.startswith("sqlite:") and (":memory:" in text or text.rstrip("/") in ("sqlite:", "sqlite:")):
-        # SQLAlchemy opens `sqlite://` and `sqlite:///:memory:` in memory: every record would vanish at exit.
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(text).query)
+    if text.startswith("sqlite:") and (":memory:" in text or text.rstrip("/") in ("sqlite:", "sqlite:")
+                                       or "memory" in (mode.lower() for mode in query.get("mode", []))):
+        # SQLAlchemy opens `sqlite://`, `sqlite:///:memory:` and a URI filename with mode=memory
+        # (`sqlite:///file:db?mode=memory&uri=true`) in memory: every record would vanish at exit.
         raise ValueError("must name a database file, e.g. sqlite:///mlflow.db: an in-memory SQLite store "
                          "loses every run when the process ends")
     return text

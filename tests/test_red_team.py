@@ -119,6 +119,9 @@ REFUSED = [
      ["no noise level up to", "raise privacy.epsilon"]),
     ("sqlite-in-memory", SMALL + 'tracking: {mlflow_uri: "sqlite:///:memory:"}\n', [], "tracking.mlflow_uri",
      ["in-memory"]),
+    ("sqlite-uri-filename-in-memory",  # issue #29 item 7: SQLite's URI filenames open memory with mode=memory
+     SMALL + 'tracking: {mlflow_uri: "sqlite:///file:memdb1?mode=memory&cache=shared&uri=true"}\n', [],
+     "tracking.mlflow_uri", ["in-memory"]),
     ("alias-bomb", SMALL.replace("experiment: redteam\n", _alias_bomb()), [], "experiment", ["…"]),
     ("dim-1e7-memory", SMALL, ["problem.dim=1e7", "n_users=10000", "execution.block_size=4096"], "problem.dim",
      ["d × users × 8 bytes", "memory"]),
