@@ -93,6 +93,20 @@ def mixture(rate: float, parts) -> np.ndarray:
     return np.logaddexp.reduce(terms) / (ALPHAS - 1)
 
 
+def wbk(gamma: float, rdp: np.ndarray) -> np.ndarray:
+    """WBK19 Thm 9 (seed 004 eq. 16, ε(∞) = ∞): k-of-n subsampling at rate γ of a curve ε(j) on ALPHAS,
+    ε'(λ) = log(1 + γ²C(λ,2)·min{4(e^{ε(2)} − 1), 2e^{ε(2)}} + Σ_{j=3..λ} 2γ^j C(λ,j) e^{(j−1)ε(j)})/(λ−1)."""
+    out = np.empty_like(ALPHAS)
+    second = min(math.log(4.0) + math.log(math.expm1(rdp[0])), math.log(2.0) + rdp[0])
+    for index, lam in enumerate(ALPHAS.astype(int)):
+        j = np.arange(3, lam + 1)
+        log_binom = special.gammaln(lam + 1) - special.gammaln(j + 1) - special.gammaln(lam - j + 1)
+        terms = [0.0, 2 * math.log(gamma) + math.log(lam * (lam - 1) / 2) + second,
+                 *(math.log(2.0) + j * math.log(gamma) + log_binom + (j - 1) * rdp[j - 2])]
+        out[index] = special.logsumexp(terms) / (lam - 1)
+    return out
+
+
 def to_dp(rdp: np.ndarray, delta: float) -> float:
     """Lemma 2.1.3 (CKS20 Prop 12, as pipeline/accounting/rdp.py documents): min over α."""
     return float(np.min(rdp + (math.log(1 / delta) + (ALPHAS - 1) * np.log(1 - 1 / ALPHAS) - np.log(ALPHAS))
@@ -183,13 +197,17 @@ def test_dss_paper_is_lemma441_rate_with_sample_tail(n):
 
 @pytest.mark.parametrize("s", [1, 2])
 def test_cldp_tight_between_exact_rr_pair_and_paper(s):
-    """Tight CLDP-SGD: min(paper, (M) at the true rate ks/(nm)), between the exact 2RR pair and paper."""
+    """Tight CLDP-SGD: the minimum of paper, (M) at the true rate ks/(nm), WBK19 over the clients (k/n) of
+    (M) at s/m given the sample, and the record's own ε0-LDP; between the exact 2RR pair and paper."""
     # (M): joint convexity over §3.10's per-shuffle curve at k·s reports. The ledger's bound holds for
     # every ε0-LDP randomizer, 2RR among them, so it must lie above 2RR's exact RDP on a neighbouring pair.
     ev, present, reports = event(s), K * s / (N * M), K * s
     tight, paper = mechanisms.tight_call(ev).rdp, mechanisms.paper_call(ev).rdp
-    np.testing.assert_allclose(tight, np.minimum(paper, mixture(present, [(present, shuffle_min(reports, EPS0))])),
-                               rtol=RTOL)
+    shuffled, share = shuffle_min(reports, EPS0), s / M
+    nested = wbk(K / N, mixture(share, [(share, shuffled)]))
+    expected = np.minimum.reduce([paper, mixture(present, [(present, shuffled)]), nested, ldp(EPS0)])
+    np.testing.assert_allclose(tight, expected, rtol=RTOL)
+    assert np.any(nested < 0.5 * mixture(present, [(present, shuffled)]))  # the nested route is the one that binds
     lower = rr_uniform_lower(reports, present, EPS0)
     assert np.all(lower <= tight * (1 + RTOL)) and np.all(tight <= paper * (1 + RTOL))
     assert np.any(lower < 0.5 * tight)  # the band is not degenerate: the checks can fail on both sides

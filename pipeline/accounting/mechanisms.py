@@ -282,11 +282,24 @@ def tight_call(event) -> CallCurve:
         return CallCurve(np.minimum(paper.rdp, unshuffled), None, paper.rule + "; minimum with (M) / the plain Gaussian")
     if isinstance(event, ShuffleLdpDpEvent) and event.record_messages:
         curve = _shuffle_ldp_curve(event, shuffle_ldp.shuffle_rdp_upper)
+        if event.sampling == "uniform":
+            # Given the k clients sampled, the changed record is among their messages with probability s/m:
+            # (M) at s/m over the shuffle of their k·min(s, m) messages bounds that mechanism for samples
+            # differing in one client; WBK19 Thm 9 then subsamples the clients, k of n.
+            shuffled = _stream_curves(event.stream_epsilons, event.users * event.messages_per_user,
+                                      shuffle_ldp.shuffle_rdp_upper)
+            share = _record_share(event)
+            given_sample = shuffled if share >= 1.0 else _mixture(share, [(share, shuffled)])
+            curve = np.minimum(curve, shuffle_gaussian.wbk_subsampled_rdp(event.users / event.population,
+                                                                         given_sample))
         # A changed record changes one message per stream, each ε0-LDP: their sum bounds the call unamplified.
         local = _stream_curves(event.stream_epsilons, 0, None)
         return CallCurve(np.minimum(np.minimum(paper.rdp, curve), local), None, paper.rule + "; minimum with (M) at "
                          "the record's exact rate P(client answers)·s/m, per stream the minimum of UB1, UB2, Cor 5.3.1 "
-                         "and ε0-LDP, and with the record's own messages' ε0-LDP")
+                         "and ε0-LDP"
+                         + ("; WBK19 Thm 9 over the clients (k of n) of (M) at s/m given the sample"
+                            if event.sampling == "uniform" else "")
+                         + "; and the record's own messages' ε0-LDP")
     if isinstance(event, ShuffleLdpDpEvent):
         curve = _shuffle_ldp_curve(event, shuffle_ldp.shuffle_rdp_upper)
         if event.sampling == "uniform":
