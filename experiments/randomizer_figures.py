@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +40,7 @@ import pandas as pd
 
 from pipeline.accounting import shuffle_ldp
 from pipeline.protocols import build_protocol, girgis
+from pipeline.protocols.base import GRADIENTS, RoundPlan
 
 DEFAULT_OUT = ROOT / "results" / "randomizers"
 FIGURES = ("seed001_fig32a", "seed001_fig32b")
@@ -111,9 +111,7 @@ def seed001_fig32b(out: Path, quick: bool) -> list[dict]:
         row = {"epsilon": epsilon, "laplace_epsilon0": eps0, "laplace_mse": laplace}
         for m in (4, 6):
             protocol = build_protocol("girgis_linf", "tight", levels=m, messages=1)
-            plan = types.SimpleNamespace(users=users, population=users, sampling="all", rate=0.0,
-                                         epsilon=float(epsilon), delta=delta, norm_bound=RADIUS, folds=1,
-                                         inputs="gradients")
+            plan = RoundPlan(0, 0, users, float(epsilon), delta, RADIUS, GRADIENTS, 1)
             call = protocol.plan(plan, 1)
             row[f"budget_m{m}"] = call.randomizer.budget
             row[f"mse_m{m}"] = _grid_mse(call.randomizer) / users

@@ -57,8 +57,8 @@ def on_instance(run: config.RunConfig, instance: str, vertex: int, seed: int) ->
     Returns:
       The run config.
     """
-    values = {key: value for key, value in run.values.items()
-              if not (key.startswith("problem.") and key not in ("problem.dim", "problem.radius"))
+    values = {key: value for key, value in run.values.items()  # the config's fields kept, the problem's options not
+              if not (key.startswith("problem.") and not config.is_field(key))
               or (run["problem.name"] == instance and key in ("problem.flips", "problem.mass"))}
     values.update({"problem.name": instance, "problem.vertex": vertex})
     return config.RunConfig(values, seed)
@@ -80,6 +80,9 @@ def audit_lower_bound(run: config.RunConfig, seeds: int, instance: str | None = 
     """
     from pipeline import runner
 
+    if run["problem.records_per_user"] != config.FIELDS["problem.records_per_user"].default:
+        raise ConfigError("problem.records_per_user", run["problem.records_per_user"],
+                          "must be 1 for --lower-bound: the instances' certified bounds are for one record per user")
     instance = instance or matching_instance(run)
     dim = run["problem.dim"]
     vertices = np.random.default_rng(np.random.SeedSequence([18, seeds])).integers(0, 2 ** min(dim, 62), seeds)

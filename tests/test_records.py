@@ -322,3 +322,11 @@ def test_the_audit_of_one_user_changing_all_its_records_stays_below_the_user_lev
     per_record = [np.concatenate([x, np.repeat(x[:, :1], m - 1, axis=1)], axis=1) for x in inputs]
     bug = audit_pvec(params, trials=20_000, neighbours=tuple(per_record))["epsilon_lower_bound"]
     assert bug > spent, (honest, bug, spent)
+
+
+def test_the_lower_bound_audit_refuses_several_records_per_user(tmp_path, capsys):
+    """The hard instances certify bounds for one record per user: a config with several is refused."""
+    tree = _config(_synthetic(3), {"name": "seq_sgd"}, {"protocol": "cjmp_vec"}, 500)
+    assert cli.main(["audit", str(_write(tmp_path, tree)), "--lower-bound", "--seeds", "3"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("config error: problem.records_per_user = '3': must be 1"), lines
