@@ -307,3 +307,29 @@ def test_a_held_lease_is_renewed_and_two_writers_agree_on_one_holder(s3):
             thread.join()
         assert len(won) == 1, attempt
         won[0].release()
+
+
+def test_a_gcs_output_retries_for_seconds_then_is_one_line(tmp_path, capsys, monkeypatch):
+    """gs:// retries for 15 minutes by default (pyarrow's retry_time_limit None), so a machine without
+    a network hung (issue #29 item 6): the pipeline bounds it, keeps a user's own limit, and refuses an
+    unreachable store in one line, exit 2, before any work (here a closed port, limit 1 s)."""
+    import datetime
+
+    import pyarrow.fs as pafs
+
+    from pipeline.tracking import location
+
+    def limit(uri):
+        return pafs.FileSystem.from_uri(uri)[0].__reduce__()[1][0]["retry_time_limit"]
+
+    assert limit("gs://bucket/x") is None  # pyarrow's own default: minutes of retries
+    assert limit(location.with_retry_limit("gs://bucket/x")) == datetime.timedelta(seconds=location.GCS_RETRY_LIMIT_S)
+    assert limit(location.with_retry_limit("gs://bucket/x?retry_limit_seconds=60")) == datetime.timedelta(seconds=60)
+    assert location.with_retry_limit("s3://bucket/x?scheme=http") == "s3://bucket/x?scheme=http"
+    monkeypatch.setattr(location, "GCS_RETRY_LIMIT_S", 1)
+    monkeypatch.chdir(tmp_path)
+    out = "gs://bucket/results?endpoint_override=127.0.0.1:9&scheme=http"
+    assert _run(_config(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}"), out) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"config error: tracking.out = '{out}': cannot be opened"), lines
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["grid.yaml"]

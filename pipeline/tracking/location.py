@@ -6,7 +6,7 @@ import dataclasses
 import os
 import secrets
 from pathlib import Path
-from urllib.parse import urlparse, urlsplit
+from urllib.parse import parse_qs, urlparse, urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
 
@@ -14,12 +14,16 @@ from pipeline.errors import ConfigError
 
 # Schemes pyarrow.fs opens; anything else with "://" is refused instead of becoming a local folder "s3:".
 SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+# Seconds Google Cloud Storage may retry before a URI is refused: by default it retries for 15
+# minutes, so a machine without a network or credentials would hang (S3 gives up in about 10 s).
+GCS_RETRY_LIMIT_S = 8
 
 
 def _first_line(error: BaseException) -> str:
     """An error's first line, or its type's name."""
     text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    line = text.splitlines()[0] if text else type(error).__name__
+    return line if len(line) <= 300 else line[:300] + "…"  # a cloud SDK's status can run to kilobytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +98,16 @@ class Location:
         return self.filesystem.get_file_info(path).type
 
 
+def with_retry_limit(uri: str) -> str:
+    """The URI with GCS_RETRY_LIMIT_S as its retry limit where its scheme retries for minutes
+    (gs://, gcs://) and it sets none itself (`?retry_limit_seconds=`)."""
+    parts = urlsplit(uri)
+    if parts.scheme not in ("gs", "gcs") or "retry_limit_seconds" in parse_qs(parts.query):
+        return uri
+    query = "&".join(part for part in (parts.query, f"retry_limit_seconds={GCS_RETRY_LIMIT_S}") if part)
+    return urlunsplit(parts._replace(query=query))
+
+
 def open_location(out: str, field: str = "tracking.out") -> Location:
     """Opens a results folder given as a path or a URI.
 
@@ -119,7 +133,8 @@ def open_location(out: str, field: str = "tracking.out") -> Location:
     if not parts.path.strip("/") or (scheme in ("s3", "gs", "gcs") and not parts.netloc):
         raise ConfigError(field, out, "must name a bucket and a folder in it, e.g. s3://bucket/results/experiment")
     try:
-        filesystem, root = pafs.FileSystem.from_uri(out)
+        filesystem, root = pafs.FileSystem.from_uri(with_retry_limit(out))
+        filesystem.get_file_info(root)  # one request now: an unreachable store fails here, in one line
     except Exception as error:  # pyarrow raises ArrowInvalid, OSError and more
         raise ConfigError(field, out, f"cannot be opened ({_first_line(error)})") from None
     root = root.rstrip("/")
