@@ -1,7 +1,9 @@
 """`python -m pipeline report DIR`: figures from a results folder, logged to MLflow."""
 from __future__ import annotations
 
+import json
 import math
+import re
 from pathlib import Path
 
 import matplotlib
@@ -179,30 +181,158 @@ def _models_vs_epsilon(runs: pd.DataFrame, axes) -> None:
     axes.legend(fontsize=7)
 
 
-def _accuracy_vs_epsilon(runs: pd.DataFrame, axes) -> pd.DataFrame:
-    """Held-out accuracy vs target ε on a dataset, one line per (optimizer, protocol,
-    accounting) with the spread over seeds; non-private runs as horizontal lines.
+ACCURACY_KEYS = ["optimizer.name", "privacy.protocol", "privacy.accounting", "privacy.model"]
+UNIT = "privacy.unit"
+UNIT_ORDER = ("record", "user")  # panels left to right; runs from before the field existed are at user level
+UNIT_TITLES = {"record": "a neighbour differs in one record", "user": "a neighbour differs in one user's records"}
+# A partitioned training file of experiments/make_datasets.py: <name>_<scheme><parameter>_c<C>_train.parquet.
+PARTITION_NAME = re.compile(r"_(iid|dirichlet|pathological)([^_]*)_c(\d+)_train\.parquet$")
+
+
+def _units(runs: pd.DataFrame) -> pd.Series:
+    """Each run's unit of privacy (a folder written before privacy.unit existed: user level)."""
+    if UNIT not in runs:
+        return pd.Series(UNIT_ORDER[-1], index=runs.index, name=UNIT)
+    return runs[UNIT].fillna(UNIT_ORDER[-1]).astype(str)
+
+
+def _accuracy_splits(measured: pd.DataFrame) -> list[str]:
+    """The config fields, besides ACCURACY_KEYS, the unit and ε, that vary inside one
+    (ACCURACY_KEYS, unit) line: the data, mostly (problem.source naming a client partition,
+    n_users, problem.min_records). Each becomes part of the series instead of being averaged."""
+    candidates = [k for k in (*_series_keys(measured), "n_users")
+                  if k not in (*ACCURACY_KEYS, UNIT, "privacy.epsilon") and k in measured]
+    groups = [group for _, group in measured.groupby(ACCURACY_KEYS + [UNIT], dropna=False)]
+    return [k for k in candidates if any(group[k].astype(str).nunique() > 1 for group in groups)]
+
+
+def partition_label(source) -> str:
+    """A training file's client partition as a series name ("dirichlet α=0.1, 100 clients"),
+    read from make_datasets.py's file name; other files by their name."""
+    name = Path(str(source).split("?", 1)[0]).name
+    match = PARTITION_NAME.search(name)
+    if match is None:
+        return name.removesuffix(".parquet")
+    scheme, parameter, clients = match.groups()
+    detail = {"dirichlet": f" α={parameter}", "pathological": f" K={parameter}"}.get(scheme, "")
+    return f"{scheme}{detail}, {clients} clients"
+
+
+def _natural_key(value) -> tuple:
+    """Sorts text with numbers in it by the numbers' values; numbers by value."""
+    if isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+        return ((1, float(value)),)
+    return tuple((1, float(part)) if i % 2 else (0, part)
+                 for i, part in enumerate(re.split(r"(\d+(?:\.\d+)?)", str(value))) if part or i % 2)
+
+
+def _split_label(key: str, value) -> str:
+    if key == "problem.source":
+        return partition_label(value)
+    if key == "n_users":
+        return f"n={value}"
+    if key == "problem.min_records":
+        return f"m={value}"
+    return f"{key.split('.')[-1]}={value}"
+
+
+def _local_epsilon0(runs: pd.DataFrame) -> pd.Series:
+    """Each run's local budget ε0 from its ledger (OUT/artifacts/<run_id>/ledger.json): the sum of
+    one report's stream ε0 (the largest over the run's shuffle events); NaN where the ledger has
+    none (central or non-private protocols) or cannot be read."""
+    from pipeline.tracking.location import open_location
+
+    def one(folder, run_id) -> float:
+        try:
+            location = open_location(str(folder), "DIR")
+            with location.filesystem.open_input_stream(location.path("artifacts", run_id, "ledger.json")) as stream:
+                ledger = json.loads(stream.read())
+        except Exception:  # noqa: BLE001 (a missing or unreadable ledger leaves the column empty)
+            return math.nan
+        budgets = [sum(event["stream_epsilons"]) for event in ledger.get("events", []) if event.get("stream_epsilons")]
+        return max(budgets) if budgets else math.nan
+
+    if "results_folder" not in runs:
+        return pd.Series(math.nan, index=runs.index)
+    return pd.Series([one(folder, run_id) for folder, run_id in zip(runs["results_folder"], runs["run_id"])],
+                     index=runs.index, dtype=float)
+
+
+def accuracy_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """Held-out accuracy per series and target ε: the report's accuracy.csv.
+
+    A series is (optimizer, protocol, accounting, privacy model), its unit of privacy
+    (privacy.unit) and whichever other config fields vary inside such a line (`_accuracy_splits`:
+    a client partition, n, m), each a column of its own.
 
     Returns:
-      The plotted means and standard deviations (the report's accuracy.csv).
+      One row per series and ε: the keys, privacy.unit, privacy.epsilon, then accuracy (mean over
+      seeds), spread (their standard deviation), seeds, epsilon_spent (the largest over seeds),
+      local_epsilon0 (mean over seeds of `_local_epsilon0`) and series (its name in the figure,
+      without the unit).
     """
-    measured = runs[runs["final_test_accuracy"].notna()]
-    summary = measured.groupby(["optimizer.name", "privacy.protocol", "privacy.accounting", "privacy.model",
-                                "privacy.epsilon"]).agg(
+    measured = runs[runs["final_test_accuracy"].notna()].copy()
+    measured[UNIT] = _units(measured)
+    measured["local_epsilon0"] = _local_epsilon0(measured)
+    splits = _accuracy_splits(measured)
+    keys = ACCURACY_KEYS + splits + [UNIT, "privacy.epsilon"]
+    summary = measured.groupby(keys, dropna=False).agg(
         accuracy=("final_test_accuracy", "mean"), spread=("final_test_accuracy", "std"),
-        seeds=("final_test_accuracy", "size"), epsilon_spent=("epsilon", "max")).reset_index()
-    for (optimizer, protocol, accounting, model), curve in summary.groupby(
-            ["optimizer.name", "privacy.protocol", "privacy.accounting", "privacy.model"]):
-        label = f"{optimizer} / {protocol} ({model}, {accounting})"
-        if model == "none":
-            axes.axhline(curve["accuracy"].mean(), color="black", linestyle="--", label=f"{label}: non-private")
-        else:
-            axes.errorbar(curve["privacy.epsilon"], curve["accuracy"], yerr=curve["spread"].fillna(0.0), marker="o",
-                          capsize=3, label=label)
-    axes.set(xscale="log", xlabel="target ε", ylabel="held-out accuracy (mean ± std over seeds)",
-             title="Test accuracy vs ε")
-    axes.legend(fontsize=7)
+        seeds=("final_test_accuracy", "size"), epsilon_spent=("epsilon", "max"),
+        local_epsilon0=("local_epsilon0", "mean")).reset_index()
+    # Numbers inside names in numeric order (dirichlet0.1, dirichlet1, dirichlet100), units record then user.
+    summary = summary.sort_values(keys, key=lambda column: column.map(_natural_key), kind="stable", ignore_index=True)
+    named = [k for k in splits if not (k == "n_users" and "problem.source" in splits)]  # a partition names its clients
+    summary["series"] = [
+        f"{row['optimizer.name']} / {row['privacy.protocol']} ({row['privacy.model']}, {row['privacy.accounting']})"
+        + "".join(f", {_split_label(k, row[k])}" for k in named) for _, row in summary.iterrows()]
     return summary
+
+
+def _accuracy_vs_epsilon(runs: pd.DataFrame):
+    """Held-out accuracy vs target ε on a dataset with the spread over seeds; non-private runs
+    as horizontal dashed lines. When the runs vary privacy.unit, one panel per unit (record,
+    then user; shared axes), each with every non-private line. When other fields split the
+    lines (a client partition), each value of them keeps one colour in every panel, and
+    each (optimizer, protocol, accounting) a marker.
+
+    Returns:
+      (figure, the plotted means and standard deviations: the report's accuracy.csv).
+    """
+    summary = accuracy_summary(runs)
+    splits = [k for k in summary.columns if k not in (*ACCURACY_KEYS, UNIT, "privacy.epsilon", "accuracy", "spread",
+                                                      "seeds", "epsilon_spent", "local_epsilon0", "series")]
+    private = summary[summary["privacy.model"] != "none"]
+    units = [u for u in UNIT_ORDER if u in set(private[UNIT])] + sorted(set(private[UNIT]) - set(UNIT_ORDER))
+    panels = units if len(units) > 1 else [None]
+    figure, axes = plt.subplots(1, len(panels), figsize=(8 if len(panels) == 1 else 6.5 * len(panels), 5),
+                                sharex=True, sharey=True, squeeze=False)
+    # Colours: one per training file (or value of the splitting fields), else one per series; markers per method.
+    data = ["problem.source"] if "problem.source" in splits else splits
+    data_of = summary[data].astype(str).agg(", ".join, axis=1) if data else summary["series"]
+    colours = {value: plt.cm.tab10.colors[i % 10] for i, value in enumerate(dict.fromkeys(data_of))}
+    methods = summary[ACCURACY_KEYS].astype(str).agg("/".join, axis=1)
+    markers = {method: "osD^v<>px"[i % 9] for i, method in enumerate(dict.fromkeys(methods[summary.index.isin(
+        private.index)]))}
+    for axis, unit in zip(axes[0], panels):
+        for series, curve in summary.groupby("series", sort=False):
+            if curve["privacy.model"].iloc[0] == "none":
+                axis.axhline(curve["accuracy"].mean(), color=colours[data_of[curve.index[0]]], linestyle="--",
+                             linewidth=1.0, label=f"{series}: non-private")
+                continue
+            if unit is not None:  # one panel: the private runs are all of one unit
+                curve = curve[curve[UNIT] == unit]
+            if not curve.empty:
+                axis.errorbar(curve["privacy.epsilon"], curve["accuracy"], yerr=curve["spread"].fillna(0.0),
+                              color=colours[data_of[curve.index[0]]], marker=markers[methods[curve.index[0]]],
+                              capsize=3, label=series)
+        title = "Test accuracy vs ε" if unit is None else f"privacy.unit: {unit} ({UNIT_TITLES.get(unit, unit)})"
+        axis.set(xscale="log", xlabel="target ε", title=title)
+        axis.legend(fontsize=7)
+    axes[0][0].set(ylabel="held-out accuracy (mean ± std over seeds)")
+    if len(panels) > 1:
+        figure.suptitle("Test accuracy vs ε, record- and user-level privacy side by side")
+    return figure, summary
 
 
 def build_report(out: str | Path) -> list[Path]:
@@ -214,7 +344,8 @@ def build_report(out: str | Path) -> list[Path]:
 
     Returns:
       The files written (PNG figures, slopes.csv, and on datasets with held-out
-      records accuracy_vs_epsilon.png and accuracy.csv).
+      records accuracy_vs_epsilon.png and accuracy.csv: `accuracy_summary`, one panel
+      per unit of privacy when the runs vary privacy.unit).
 
     Raises:
       ConfigError: the folder holds no finished runs.
@@ -230,15 +361,17 @@ def build_report(out: str | Path) -> list[Path]:
                        ("compare_optimizers", lambda ax: _compare(runs, ax)),
                        *([("compare_models", lambda ax: _models_vs_epsilon(runs, ax))]
                          if runs.get("privacy.protocol", pd.Series(dtype=str)).nunique() > 1 else []),
-                       *([("accuracy_vs_epsilon", lambda ax: _accuracy_vs_epsilon(runs, ax))]
+                       *([("accuracy_vs_epsilon", None)]
                          if runs.get("final_test_accuracy", pd.Series(dtype=float)).notna().any() else [])):
-        figure, axes = plt.subplots(figsize=(8, 5))
-        result = draw(axes)
-        if name == "accuracy_vs_epsilon":
+        if name == "accuracy_vs_epsilon":  # draws its own panels: one per unit of privacy
+            figure, result = _accuracy_vs_epsilon(runs)
             result.to_csv(folder / "accuracy.csv", index=False)
             written.append(folder / "accuracy.csv")
-        elif result is not None:
-            slopes = result
+        else:
+            figure, axes = plt.subplots(figsize=(8, 5))
+            result = draw(axes)
+            if result is not None:
+                slopes = result
         figure.tight_layout()
         path = folder / f"{name}.png"
         figure.savefig(path, dpi=110)
