@@ -211,6 +211,22 @@ def test_the_driver_never_reads_a_row_when_shards_are_ray_actors(tmp_path, monke
     assert list(runs["status"]) == ["finished"] and 0.5 < runs["final_test_accuracy"][0] <= 1.0
 
 
+def test_the_optimum_cache_holds_only_the_reference_loss_owner_only(tmp_path):
+    """The cache keeps F(θ̂) and its gap, not θ̂ (an exact statistic of the rows: with one row it was
+    the row), in an owner-only folder and files; an entry written with θ̂ is scrubbed when read."""
+    features, labels = _logistic_data(400)
+    path = _config(tmp_path, {"source": str(_table(tmp_path / "t.parquet", features, labels))}, n_users=400)
+    assert cli.main(["run", str(path)]) == 0
+    folder = tmp_path / "cache" / "optima"
+    (entry,) = folder.glob("*.json")
+    stored = json.loads(entry.read_text())
+    assert set(stored) == {"loss", "gap", "solver"}
+    assert folder.stat().st_mode & 0o777 == 0o700 and entry.stat().st_mode & 0o777 == 0o600
+    entry.write_text(json.dumps({**stored, "theta": [0.5] * D}))  # as versions before 0.3 wrote it
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "again")]) == 0
+    assert set(json.loads(entry.read_text())) == {"loss", "gap", "solver"}
+
+
 def test_no_value_of_a_record_reaches_the_parquet_files_or_mlflow(tmp_path):
     features, labels = _logistic_data(600)
     source = _table(tmp_path / "t.parquet", features, labels)

@@ -33,6 +33,11 @@ def evaluation_rounds(rounds: int, count: int) -> frozenset[int]:
     return frozenset(int(r) for r in spaced) | {0, rounds - 1}
 
 
+# What the optimum cache keeps: the minimal training objective F(θ̂) and its Frank–Wolfe gap (the
+# excess losses' reference), never θ̂ itself, an exact statistic of the rows (README, "Your own data").
+CACHED = ("loss", "gap", "solver")
+
+
 def cache_folder() -> Path:
     """Where computed optima are kept: $SHUFFLE_SCO_CACHE, or ~/.cache/shuffle_sco."""
     return Path(os.environ.get("SHUFFLE_SCO_CACHE") or Path.home() / ".cache" / "shuffle_sco") / "optima"
@@ -60,10 +65,12 @@ def empirical_optimum(problem, n_users: int, objective: Callable[[np.ndarray], n
     from scipy.optimize import minimize
 
     path = cache_folder() / f"{problem.objective_key(n_users)}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):  # concurrent runs on one dataset solve it once
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner-only: it holds statistics of the data
+    with FileLock(str(path) + ".lock", mode=0o600):  # concurrent runs on one dataset solve it once
         if path.exists():
             stored = json.loads(path.read_text())
+            if set(stored) - set(CACHED):  # written before 0.3 with θ̂ itself: keep only what is needed
+                _store(path, {key: stored[key] for key in CACHED if key in stored})
             return stored["loss"], stored["gap"]
 
         def risk(theta: np.ndarray) -> tuple[float, np.ndarray]:
@@ -86,11 +93,17 @@ def empirical_optimum(problem, n_users: int, objective: Callable[[np.ndarray], n
         gap = max(0.0, float(gradient @ theta) + radius * float(np.linalg.norm(gradient)))
         if not (math.isfinite(loss) and math.isfinite(gap)):
             raise FloatingPointError(f"the empirical optimum's solver ended at a non-finite point: {solved.message}")
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"loss": loss, "gap": gap, "theta": theta.tolist(),
-                                         "solver": f"scipy SLSQP, ftol {OPTIMUM_TOLERANCE:g}: {solved.message}"}))
-        os.replace(temporary, path)
+        _store(path, {"loss": loss, "gap": gap, "solver": f"scipy SLSQP, ftol {OPTIMUM_TOLERANCE:g}: {solved.message}"})
         return loss, gap
+
+
+def _store(path: Path, entry: dict) -> None:
+    """Writes a cache entry atomically, readable by its owner only."""
+    temporary = path.with_suffix(".tmp")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(json.dumps(entry))
+    os.replace(temporary, path)
 
 
 def measure(pool, records: RoundRecords) -> RoundRecords:
