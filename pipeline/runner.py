@@ -193,46 +193,92 @@ def _records_per_round(run: RunConfig, optimizer, records: dict) -> dict:
     return {}
 
 
-def memory_bytes() -> int | None:
-    """This machine's physical memory, or its cgroup's limit if lower; None if unknown."""
+# The share of the memory limit a run's users' data may take: the rest is for Python, pyarrow,
+# Ray's object store and the system. And what each process holds besides its users' data: a
+# shard process measured 114 MB of resident memory after its imports; Ray's worker adds about as much.
+MEMORY_MARGIN = 0.8
+PROCESS_BYTES = 256 * 2**20
+
+
+def _cgroup_limits(root: Path) -> list[int]:
+    """The memory limits of this process's cgroups and of the root, v2 (memory.max) and v1
+    (memory.limit_in_bytes); unlimited ones ("max", or v1's near-2⁶³ sentinel) are left out."""
+    files = [root / "sys/fs/cgroup/memory.max", root / "sys/fs/cgroup/memory/memory.limit_in_bytes"]
     try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        lines = (root / "proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:  # "hierarchy:controllers:path"; v2's unified hierarchy has no controllers
+        _, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if controllers == "":
+            files.append(root / "sys/fs/cgroup" / path.lstrip("/") / "memory.max")
+        elif "memory" in controllers.split(","):
+            files.append(root / "sys/fs/cgroup/memory" / path.lstrip("/") / "memory.limit_in_bytes")
+    limits = []
+    for file in files:
+        try:
+            text = file.read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**62:
+            limits.append(int(text))
+    return limits
+
+
+def memory_bytes(root: Path = Path("/")) -> int | None:
+    """The memory a run may use here: the least of the physical memory, the limits of this
+    process's cgroups (v1 and v2) and RLIMIT_AS; None if the physical memory is unknown.
+
+    Args:
+      root: where /proc and /sys are (tests give a fake tree).
+    """
+    import resource
+
+    try:
+        limits = [os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")]
     except (AttributeError, ValueError, OSError):
         return None
-    try:  # a container's limit (cgroup v2) is what the run may really use
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-    except OSError:
-        limit = ""
-    return min(total, int(limit)) if limit.isdigit() else total
+    limits += _cgroup_limits(root)
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        limits.append(soft)
+    return min(limits)
 
 
 def _check_memory(run: RunConfig) -> None:
     """Refuses a run whose users' data cannot fit in memory (DESIGN: users live in their shard).
 
-    A shard holds its users' data as float64 (d, users): 8·d bytes per user. One
-    block must fit, and so must every user one process holds (all of them on the
-    local backend, one shard's on Ray; a necessary condition on a cluster).
+    A shard holds its users' data as float64 (d, records): 8·d bytes per record. Within
+    MEMORY_MARGIN of the limit, with PROCESS_BYTES for each process: one block must fit, and
+    so must every user one process holds (all of them on the local backend, one shard's on
+    Ray), and on a Ray instance this machine starts every shard and the driver together (on a
+    cluster, RAY_ADDRESS, the shards are spread over nodes: one shard is checked).
 
     Raises:
-      ConfigError: naming problem.dim (one block does not fit) or n_users, with
-        the bytes needed and the memory there is.
+      ConfigError: naming problem.dim (one block does not fit) or n_users, with the bytes
+        needed and the memory there is.
     """
     memory = memory_bytes()
     if memory is None:
         return
-    d, n = run["problem.dim"], run["n_users"]
+    d, n, shards = run["problem.dim"], run["n_users"], run["execution.shards"]
     d *= parse_records_per_user(run["problem.records_per_user"]).mean  # bytes per user: d floats per record
-    held = n if run["execution.backend"] == "local" else -(-n // run["execution.shards"])
+    local = run["execution.backend"] == "local"
+    checks = [("problem.dim", min(run["execution.block_size"], n), 1, "one block of"),
+              ("n_users", n if local else -(-n // shards), 1, "one process holding")]
+    if not local and not os.environ.get("RAY_ADDRESS"):
+        checks.append(("n_users", n, shards + 1, f"this machine's {shards} shard processes and driver holding"))
+    budget = MEMORY_MARGIN * memory
     # One block too large is the dimension's fault; too many users held at once, n's.
-    for field, users, what in (("problem.dim", min(run["execution.block_size"], n), "one block of"),
-                               ("n_users", held, "the")):
-        needed = int(8 * d * users)
-        if needed > memory:
+    for field, users, processes, what in checks:
+        needed = int(8 * d * users) + processes * PROCESS_BYTES
+        if needed > budget:
             raise ConfigError(field, run[field],
-                              f"{what} {users} users' data take d × users × 8 bytes = {needed / 2**30:.3g} GiB "
-                              f"in one process, more than this machine's memory ({memory / 2**30:.3g} GiB): "
-                              "lower problem.dim, n_users or execution.block_size"
-                              + ("" if run["execution.backend"] == "local" else ", or add shards"))
+                              f"{what} {users} users: their data (d × users × 8 bytes) and {PROCESS_BYTES / 2**20:.0f} "
+                              f"MiB per process take {needed / 2**30:.3g} GiB, more than {MEMORY_MARGIN:.0%} of the "
+                              f"{memory / 2**30:.3g} GiB this machine allows (the least of its memory, its cgroup's "
+                              "limit and RLIMIT_AS): lower problem.dim, n_users or execution.block_size"
+                              + ("" if local else ", or run on a cluster (RAY_ADDRESS) with more shards"))
 
 
 def _options(run: RunConfig, section: str) -> dict:

@@ -1,0 +1,83 @@
+"""The memory rule (issue #29 item 4): the limit that applies (cgroup v1 and v2, RLIMIT_AS), a
+stated margin, and every process of a Ray run on this machine; refused in one line before any work."""
+from __future__ import annotations
+
+import resource
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline import cli, runner
+
+GIB = 2**30
+UNLIMITED_V1 = "9223372036854771712"  # what cgroup v1 reports without a limit
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({"proc/self/cgroup": "4:memory:/job/42\n0::/\n", "sys/fs/cgroup/memory/memory.limit_in_bytes": UNLIMITED_V1,
+      "sys/fs/cgroup/memory/job/42/memory.limit_in_bytes": str(int(1.5 * GIB))}, int(1.5 * GIB)),
+    ({"proc/self/cgroup": "0::/slice/run.scope\n", "sys/fs/cgroup/memory.max": "max",
+      "sys/fs/cgroup/slice/run.scope/memory.max": str(2 * GIB)}, 2 * GIB),
+    ({"proc/self/cgroup": "4:memory:/\n", "sys/fs/cgroup/memory/memory.limit_in_bytes": UNLIMITED_V1}, None),
+], ids=["cgroup-v1", "cgroup-v2", "unlimited"])
+def test_the_limit_is_the_least_of_memory_cgroups_and_rlimit(tmp_path, files, expected):
+    physical = runner.memory_bytes(Path("/nonexistent"))
+    assert runner.memory_bytes(_tree(tmp_path, files)) == (physical if expected is None else min(expected, physical))
+
+
+def test_rlimit_as_bounds_the_memory(tmp_path, monkeypatch):
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (GIB, resource.RLIM_INFINITY))
+    assert runner.memory_bytes(tmp_path) == GIB
+
+
+def _ledger(tmp_path, capsys, n: int, backend: str, shards: int = 1) -> tuple[int, list[str]]:
+    tree = {"problem": {"name": "quadratic", "dim": 3, "radius": 1.0}, "n_users": n,
+            "optimizer": {"name": "seq_sgd", "batch_size": max(1, n // 1000)},
+            "execution": {"backend": backend, "shards": shards, "block_size": 4096}}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    code = cli.main(["ledger", str(path)])
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def test_a_run_needing_3_gb_in_a_1_5_gib_cgroup_is_refused_with_the_numbers(tmp_path, capsys, monkeypatch):
+    """The red team's reproducer: cgroup v1 at 1.5 GiB, 1.25·10⁸ users of d = 3 (3 GB of data)."""
+    root = _tree(tmp_path / "root", {"proc/self/cgroup": "4:memory:/job\n",
+                                     "sys/fs/cgroup/memory/job/memory.limit_in_bytes": str(int(1.5 * GIB))})
+    real = runner.memory_bytes
+    monkeypatch.setattr(runner, "memory_bytes", lambda: real(root))
+    code, lines = _ledger(tmp_path, capsys, 125_000_000, "local")
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0].startswith("config error: n_users = 125000000: one process holding 125000000 users: their data")
+    # 1.25·10⁸ × 3 × 8 bytes = 2.79 GiB, and 0.25 GiB for the process.
+    assert "take 3.04 GiB, more than 80% of the 1.5 GiB" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("n, backend, shards, refused", [
+    (int(0.9 * 24 * GIB / 24), "local", 1, True),  # 90% of the memory as data: above the 80% margin
+    (int(0.7 * 24 * GIB / 24), "local", 1, False),  # 70%: within it
+    (int(0.7 * 24 * GIB / 24), "ray", 4, False),  # the same data over 4 shards and the driver
+    (int(0.9 * 24 * GIB / 24), "ray", 4, True),  # each shard fits, the machine's processes together do not
+])
+def test_the_margin_and_every_process_of_a_ray_run_on_this_machine(tmp_path, capsys, monkeypatch, n, backend,
+                                                                   shards, refused):
+    """A 24 GiB machine and d = 3 (24 bytes a user); a Ray run started here holds all its shards."""
+    monkeypatch.setattr(runner, "memory_bytes", lambda: 24 * GIB)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    code, lines = _ledger(tmp_path, capsys, n, backend, shards)
+    if refused:
+        assert code == 2 and len(lines) == 1 and lines[0].startswith(f"config error: n_users = {n}:"), lines
+        assert ("shard processes and driver" in lines[0]) == (backend == "ray"), lines[0]
+    else:
+        assert code == 0, lines
+    if backend == "ray" and refused:  # on a cluster the shards spread over nodes: one shard is checked
+        monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+        assert _ledger(tmp_path, capsys, n, backend, shards)[0] == 0
