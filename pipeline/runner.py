@@ -103,7 +103,7 @@ def plan_run(run: RunConfig) -> PlannedRun:
         raise
     except PlanError as error:
         raise ConfigError(error.field, run[error.field], str(error)) from None
-    except ValueError as error:  # a calibration that no noise level meets (dp_sgd, phased): the budget is too small
+    except (ValueError, ArithmeticError) as error:  # no noise level meets the budget, or its formulas overflow
         raise ConfigError("privacy.epsilon", run["privacy.epsilon"],
                           f"optimizer {cls.name} cannot be calibrated at (ε, δ) = ({run['privacy.epsilon']:g}, "
                           f"{run['privacy.delta']:g}) with n = {run['n_users']}: {error}; raise privacy.epsilon "
