@@ -11,7 +11,7 @@ QUOTED = {
     "memory": "shard_bytes_per_user", "pvec_tight": "pvec_tight_variance_vs_gaussian_d1_eps1_delta1e-06",
     "composition": "composition_time_ratio_pld_vs_rdp", "shuffle_gaussian": "shuffle_gaussian_series_speedup",
     "protocols": "protocol_cjmp_vec_encode_vs_rng_ceiling", "startup": "startup_ledger_vs_numpy",
-    "datasets": "dataset_read_vs_pyarrow_per_core",
+    "datasets": "dataset_read_vs_pyarrow_per_core", "read_per_core": "read_per_core_shuffled_vs_rows",
 }
 
 

@@ -5,10 +5,12 @@ user's record, read in place by the shard that holds the user (shared/DESIGN.md
 What the driver does: it opens the table's metadata and, once per table and
 process, scans it in batches to refuse bad input before any run (missing or
 non-numeric columns, NaN or infinite values, labels outside the loss's domain,
-too few rows) and to fingerprint its bytes. It never keeps a row. Shards read
-their own rows (`read_users`), and the metrics that need every row (empirical
-risk, held-out loss and accuracy, the empirical optimum) are sums that the
-shards compute per block (`metric_sums`, `objective_sums`).
+too few rows) and to fingerprint its bytes. It never keeps a row: with a user
+column it groups that column once (a few numbers per user, `Users`, sent to the
+shards with the problem). Shards read their own rows (`read_users`,
+`read_user_records`), and the metrics that need every row (empirical risk,
+held-out loss and accuracy, the empirical optimum) are sums that the shards
+compute per block (`metric_sums`, `objective_sums`).
 
 Preprocessing is data-independent only: a declared constant factor
 (`problem.scale`), then each row clipped to ‖x‖₂ ≤ B (`problem.rows: clip`) or
@@ -18,10 +20,11 @@ which would leak about every user into every other's record).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
-from typing import ClassVar
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -29,16 +32,169 @@ from pipeline.errors import ConfigError
 from pipeline.options import Option, choice, integer, real, text
 from pipeline.problems.base import Problem, ball_projection
 from pipeline.problems.losses import LOSSES, Loss
-from pipeline.problems.records import group_rows
-from pipeline.problems.tables import Table, TableError
+from pipeline.problems.records import offsets_of
+from pipeline.problems.tables import NO_MORE, Table, TableError
 
 ROW_MODES = ("clip", "normalize")
 PREPARE_ROWS = 8192  # rows preprocessed at once: (d + 1) × 8192 floats stay in cache
 
 # (source, size, mtime, columns, label checks) → (rows, fingerprint): each table is scanned once per process.
 _SCANNED: dict[tuple, tuple[int, str]] = {}
-# (source, size, mtime, user column) → (rows user by user, records per user): grouped once per process.
-_GROUPED: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+# (source, size, mtime, user column) → its Users: grouped once per process, or received with a
+# pickled Dataset from the process that planned the run.
+_GROUPED: dict[tuple, "Users"] = {}
+SHIPPED_USERS = 1 << 20  # a pickled Dataset carries its grouping up to this many users (24 bytes each)
+CODE_SLACK = 1 << 16  # integer keys get dense codes when they span at most rows + this many values
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Users:
+    """A user column grouped: each distinct value one user, users in order of their first row.
+    O(users) numbers, all a shard needs to find its users' rows (never a row index per record).
+
+    Attributes:
+      counts: the records each user holds (int64).
+      first_rows: each user's first row (int64, increasing).
+      low, codes: integer keys spanning few values: user u's key is low + codes[u] (codes int64).
+      values: other keys (strings, or integers spread too widely): user u's key is values[u] (a
+        pyarrow array); None with codes.
+      contiguous: whether each user's rows are one run of rows (users one after the other, as
+        experiments/make_datasets.py writes its client partitions).
+    """
+
+    counts: np.ndarray
+    first_rows: np.ndarray
+    low: int = 0
+    codes: np.ndarray | None = None
+    values: Any = None
+    contiguous: bool = False
+
+    def slots(self, users: np.ndarray) -> Callable[[Any], np.ndarray]:
+        """A function of a piece of the user column: each row's position in `users` (−1: none of them).
+
+        Args:
+          users: user indices, distinct.
+        """
+        if self.codes is None:
+            import pyarrow as pa
+            import pyarrow.compute as pc
+
+            wanted = self.values.take(pa.array(users))
+
+            def hashed(keys) -> np.ndarray:
+                found = pc.index_in(pa.array(keys) if isinstance(keys, np.ndarray) else keys, value_set=wanted)
+                return found.fill_null(-1).to_numpy().astype(np.int32, copy=False)
+
+            return hashed
+        span = int(self.codes.max()) + 1 if self.codes.size else 0
+        slot = np.full(span, -1, dtype=np.int32)
+        slot[self.codes[users]] = np.arange(users.size, dtype=np.int32)
+        low = self.low
+
+        def coded(keys: np.ndarray) -> np.ndarray:
+            codes = keys if low == 0 and keys.dtype == np.int64 else keys.astype(np.int64, copy=False) - low
+            if codes.size and int(codes.view(np.uint64).max()) >= span:  # below low too: a key not grouped
+                raise RuntimeError("a user column has values it did not have when the run was planned")
+            return slot[codes]
+
+        return coded
+
+
+def forget_users() -> None:
+    """Drops every user column this process has grouped or received: it then reads as a new
+    shard process does (benchmarks)."""
+    _GROUPED.clear()
+
+
+class _Spread(Exception):
+    """Integer keys spanning too many values for dense codes."""
+
+
+def _group_coded(pieces, rows: int) -> Users:
+    """Users of integer keys spanning at most rows + CODE_SLACK values, in one pass over the
+    column's pieces (key − low is the code; memory 16 bytes per code while grouping).
+
+    Raises:
+      _Spread: keys that are not integers, or span more values.
+    """
+    limit = rows + CODE_SLACK
+    low, span, first, counts = 0, 0, np.zeros(0, np.int64), np.zeros(0, np.int64)
+    least = most = None  # the keys seen
+    runs, last = 0, None  # runs of equal keys, and the last key seen
+    for start, keys in pieces:
+        if not isinstance(keys, np.ndarray):
+            raise _Spread
+        if not keys.size:
+            continue
+        runs += int(np.count_nonzero(keys[1:] != keys[:-1])) + int(last is None or keys[0] != last)
+        last = keys[-1]
+        piece_least, piece_most = int(keys.min()), int(keys.max())
+        if piece_most >= 1 << 63:
+            raise _Spread
+        below, above = span and piece_least < low, span and piece_most >= low + span
+        least = piece_least if least is None else min(least, piece_least)
+        most = piece_most if most is None else max(most, piece_most)
+        if not span or below or above:
+            needed = most - least + 1
+            if needed > limit:
+                raise _Spread
+            room = min(needed, limit - needed) if span else 0  # grown at least twofold, within the limit
+            new_low = least - (room // (1 + bool(above)) if below else 0)
+            new_high = most + (room // (1 + bool(below)) if above else 0)
+            grown_first = np.full(new_high - new_low + 1, np.iinfo(np.int64).max, dtype=np.int64)
+            grown_counts = np.zeros(new_high - new_low + 1, dtype=np.int64)
+            both = slice(max(low, new_low), min(low + span, new_high + 1))  # every key seen lies in both
+            if both.start < both.stop:
+                grown_first[both.start - new_low: both.stop - new_low] = first[both.start - low: both.stop - low]
+                grown_counts[both.start - new_low: both.stop - new_low] = counts[both.start - low: both.stop - low]
+            low, span, first, counts = new_low, new_high - new_low + 1, grown_first, grown_counts
+        codes = keys.astype(np.int64, copy=False) - low
+        np.minimum.at(first, codes, np.arange(start, start + keys.size, dtype=np.int64))
+        if span <= 4 * keys.size:
+            counts += np.bincount(codes, minlength=span)
+        else:
+            np.add.at(counts, codes, 1)
+    present = np.flatnonzero(counts)
+    order = np.argsort(first[present])  # users in order of their first row (distinct rows)
+    codes = present[order]
+    return Users(counts[codes], first[codes], low, codes, contiguous=runs == codes.size)
+
+
+def _group_hashed(pieces) -> Users:
+    """Users of any keys (strings, integers spread widely): the column hashed as a whole
+    (memory: the column and a code per row while grouping)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    chunks = [pa.array(keys) if isinstance(keys, np.ndarray) else keys for _, keys in pieces]
+    if not chunks:
+        return Users(np.zeros(0, np.int64), np.zeros(0, np.int64), values=pa.array([], pa.int64()))
+    encoded = pc.dictionary_encode(pa.chunked_array(chunks))  # codes in order of first appearance
+    values = encoded.chunk(0).dictionary
+    counts = np.zeros(len(values), dtype=np.int64)
+    first = np.full(len(values), np.iinfo(np.int64).max, dtype=np.int64)
+    start, runs, last = 0, 0, None
+    for chunk in encoded.chunks:
+        codes = chunk.indices.to_numpy()
+        if not codes.size:
+            continue
+        counts += np.bincount(codes, minlength=counts.size)
+        np.minimum.at(first, codes, np.arange(start, start + codes.size, dtype=np.int64))
+        runs += int(np.count_nonzero(codes[1:] != codes[:-1])) + int(last is None or codes[0] != last)
+        start, last = start + codes.size, codes[-1]
+    return Users(counts, first, values=values, contiguous=runs == counts.size)
+
+
+def _stable_order(values: np.ndarray, bound: int) -> np.ndarray:
+    """np.argsort(values, kind="stable") of integers in [0, bound), as radix sorts of 16-bit digits
+    (numpy sorts 16-bit integers by radix: linear time, where 64-bit ones take a comparison sort)."""
+    order = np.argsort((values & 0xFFFF).astype(np.uint16), kind="stable")
+    shift = 16
+    while bound > 1 << shift:
+        digit = ((values[order] >> shift) & 0xFFFF).astype(np.uint16)
+        order = order[np.argsort(digit, kind="stable")]
+        shift += 16
+    return order
 
 
 class Dataset(Problem):
@@ -204,17 +360,40 @@ class Dataset(Problem):
         _SCANNED[key] = rows, table.fingerprint()
         return _SCANNED[key]
 
-    def _users(self) -> tuple[np.ndarray, np.ndarray]:
-        """(rows user by user, records per user) of a table with a user column; once per process.
+    def _grouping_key(self, table: Table) -> tuple:
+        return self.source, table.size, table.mtime, self.user_column
+
+    def _users(self) -> Users:
+        """The users of a table with a user column: once per process (a shard gets them with the
+        problem), in one pass over the column, a piece at a time.
 
         Raises:
           TableError: the column is missing, has missing values or is neither integers nor strings.
         """
         table = Table(self.source)
-        key = (self.source, table.size, table.mtime, self.user_column)
+        key = self._grouping_key(table)
         if key not in _GROUPED:
-            _GROUPED[key] = group_rows(table.keys(self.user_column))
+            try:
+                _GROUPED[key] = _group_coded(table.key_pieces(self.user_column), self.source_rows)
+            except _Spread:
+                _GROUPED[key] = _group_hashed(table.key_pieces(self.user_column))
         return _GROUPED[key]
+
+    def __getstate__(self) -> dict:
+        """The problem, and its table's users when grouped here and few enough to travel: the
+        shards it is sent to read their users' records without grouping the column again."""
+        state = self.__dict__.copy()
+        # The last grouping of this column (keyed by the table's size and mtime: a stale one is never used).
+        grouped = [(key, users) for key, users in _GROUPED.items() if key[0] == self.source and key[3] == self.user_column]
+        if self.user_column is not None and grouped and grouped[-1][1].counts.size <= SHIPPED_USERS:
+            state["_shipped_users"] = grouped[-1]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        shipped = state.pop("_shipped_users", None)
+        self.__dict__.update(state)
+        if shipped is not None:
+            _GROUPED.setdefault(*shipped)  # used only while the table's size and mtime are the same
 
     def _check_users(self) -> None:
         """Refuses a user column that cannot group the rows, or users below the declared minimum.
@@ -226,10 +405,10 @@ class Dataset(Problem):
             raise ConfigError("problem.user_column", self.user_column, "must not be the label or a feature column "
                               "(set problem.features to exclude it)")
         try:
-            _, counts = self._users()
+            counts = self._users().counts
         except TableError as error:
             raise ConfigError("problem.user_column", self.user_column, str(error)) from None
-        if counts.min() < self.min_records:
+        if counts.size and counts.min() < self.min_records:
             raise ConfigError("problem.min_records", self.min_records,
                               f"every user must hold at least this many records; {int((counts < self.min_records).sum())} "
                               f"of the {counts.size} users of {self.source} hold fewer (the fewest: {int(counts.min())})")
@@ -238,7 +417,7 @@ class Dataset(Problem):
     def users_available(self) -> int:
         """The training users the table holds (rows, or distinct values of the user column)."""
         if self.user_column is not None:
-            return self._users()[1].size
+            return self._users().counts.size
         return self.source_rows - (self.test_rows if self.test is None else 0)
 
     def for_run(self, run) -> "Dataset":
@@ -286,6 +465,10 @@ class Dataset(Problem):
             chosen = rows[first:stop]
             raw = table.read(columns, int(chosen[0]), int(chosen[-1]) + 1, chosen) if chosen.size else \
                 np.empty((len(columns), 0))
+        return self._prepared(source, raw)
+
+    def _prepared(self, source: str, raw: np.ndarray) -> np.ndarray:
+        """raw, preprocessed in place (`_prepare`) a few rows at a time."""
         for first_row in range(0, raw.shape[1], PREPARE_ROWS):
             if not self._prepare(raw[:, first_row: first_row + PREPARE_ROWS]):  # changed since the preflight scan
                 raise RuntimeError(f"{source} has non-finite values in rows it did not have when the run was planned")
@@ -316,22 +499,80 @@ class Dataset(Problem):
     def read_user_records(self, n_users: int, first: int, stop: int) -> tuple[np.ndarray, np.ndarray | None]:
         """Users first … stop−1's records, user by user, and how many each holds.
 
+        With a user column whose users' rows are runs one after the other (`Users.contiguous`),
+        consecutive users' records are one range of rows, read as `read_users` reads its rows.
+        Otherwise one pass over the table from the first user's first row, a piece (Parquet row
+        group) at a time, until every record is read: each piece's user column says which of its
+        rows are these users' and where each goes (user by user, in the users' order; each
+        user's rows in file order), and its columns are copied there, one at a time. Memory: the
+        records, a few numbers per user, and one piece's column and indices.
+
         Returns:
           (float64 array (d + 1, records), records per user or None when each row is one user).
         """
         if self.user_column is None:
             return self.read_users(n_users, first, stop), None
-        rows, counts = self._users()
+        grouped = self._users()
         chosen = self.training_rows(n_users)
         users = np.arange(first, stop) if chosen is None else chosen[first:stop]
-        starts = np.concatenate([[0], np.cumsum(counts)])
-        wanted = np.concatenate([rows[starts[user]: starts[user + 1]] for user in users]) if users.size else \
-            np.zeros(0, np.int64)
-        order = np.argsort(wanted, kind="stable")  # the table is read in row order, then put user by user
-        raw = self._read(self.source, wanted[order], 0, wanted.size)
-        records = np.empty_like(raw)
-        records[:, order] = raw
-        return records, counts[users]
+        counts = grouped.counts[users]
+        offsets = offsets_of(counts)
+        if users.size and grouped.contiguous and users[-1] - users[0] + 1 == users.size:  # one run of rows
+            start = int(grouped.first_rows[users[0]])
+            return self._read(self.source, None, start, start + int(offsets[-1])), counts
+        columns = [*self.features, self.label]
+        records = np.empty((len(columns), int(offsets[-1])))
+        if not users.size:
+            return records, counts
+        cursor = offsets[:-1].copy()  # where each user's next record goes
+        slots = grouped.slots(users)
+        left = [records.shape[1]]
+
+        def place(start: int, keys) -> tuple | None:
+            if not left[0]:
+                return NO_MORE
+            slot = slots(keys)
+            wanted = slot >= 0
+            low = int(wanted.argmax()) if wanted.size else 0
+            if not wanted.size or not wanted[low]:
+                return None
+            high = wanted.size - int(wanted[::-1].argmax())
+            block = bool(wanted[low:high].all())  # the rows kept are one run of the piece's rows
+            kept = slice(low, high) if block else np.flatnonzero(wanted)
+            slot = slot[kept]
+            left[0] -= slot.size
+            head = slot[:64]  # a cheap look first: shuffled rows are out of order at once
+            if bool((head[1:] >= head[:-1]).all()) and bool((slot[1:] >= slot[:-1]).all()):
+                # In order already: each user's rows together, users in order.
+                first_user, last_user = int(slot[0]), int(slot[-1])
+                lengths = np.bincount(slot - first_user)
+                begin, end = int(cursor[first_user]), int(cursor[last_user]) + int(lengths[-1])
+                if block and end - begin == slot.size:  # and so are their records: one block to copy
+                    cursor[first_user: last_user + 1] += lengths
+                    return slice(low, high), slice(begin, end)
+                order, by_user = None, slot
+            else:  # by user, each user's rows in file order
+                order = _stable_order(slot, users.size)
+                by_user = slot[order]
+            starts = np.empty(by_user.size, dtype=bool)  # where each user's rows start
+            starts[0] = True
+            np.not_equal(by_user[1:], by_user[:-1], out=starts[1:])
+            runs = np.flatnonzero(starts)
+            lengths = np.diff(np.append(runs, by_user.size))
+            owners = by_user[runs]
+            to = np.arange(by_user.size)
+            to += np.repeat(cursor[owners] - runs, lengths)  # each user's next places, in order
+            cursor[owners] += lengths
+            if order is None:
+                return kept, to
+            in_rows = np.empty_like(to)  # where each row goes, in row order: the piece is read in order
+            in_rows[order] = to
+            return kept, in_rows
+
+        Table(self.source).read_keyed(columns, self.user_column, place, records, int(grouped.first_rows[users[0]]))
+        if left[0] or (cursor != offsets[1:]).any():
+            raise RuntimeError(f"{self.source} has users' records it did not have when the run was planned")
+        return self._prepared(self.source, records), counts
 
     def read_users(self, n_users: int, first: int, stop: int) -> np.ndarray:
         """Users first … stop−1's records, read from the table (only their rows).

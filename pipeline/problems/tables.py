@@ -21,6 +21,7 @@ import numpy as np
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".npz": "npz"}
 HASH_CHUNK = 8 << 20  # bytes per read while fingerprinting
 SCAN_ROWS = 1 << 16  # rows per batch of a validation scan
+NO_MORE = object()  # what a read_keyed `place` returns when no later piece holds a row it wants
 
 
 class TableError(ValueError):
@@ -286,34 +287,115 @@ class Table:
             return self._npz_array(array)[:, int(index)]
         return self._npz_array(name)
 
-    def keys(self, name: str) -> np.ndarray:
-        """Every value of one column of integers or strings (a user column), in row order.
+    def _keys_of(self, name: str, column):
+        """A piece of a user column as numpy integers, or a pyarrow array of strings.
+
+        Raises:
+          TableError: missing values, or values that are neither integers nor strings.
+        """
+        import pyarrow as pa
+
+        if isinstance(column, np.ndarray):  # an .npz member
+            if column.dtype.kind not in "iu":
+                raise TableError(f"column {name!r} holds {column.dtype} values: a user column holds integers or strings")
+            return column
+        if column.null_count:
+            raise TableError(f"column {name!r} has missing values: every record must name its user")
+        kind = column.type
+        if pa.types.is_integer(kind):
+            return column.to_numpy()
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise TableError(f"column {name!r} holds {kind} values: a user column holds integers or strings")
+        return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+
+    def _pieces(self, columns: list[str], name: str, first: int, stop: int) -> Iterator:
+        """The rows [first, stop) a piece at a time (Parquet row groups, CSV batches, .npz slices of
+        SCAN_ROWS): (first row of the piece, its user column's values, a function returning the
+        piece's float64 columns one at a time)."""
+        if self.format == "npz":
+            if name not in self._npz or self._npz[name][1] is not None:
+                raise TableError(f"has no 1-D array {name!r}")
+            keys = self._npz_array(name)
+            for low in range(first, stop, SCAN_ROWS):
+                high = min(low + SCAN_ROWS, stop)
+                yield low, self._keys_of(name, np.asarray(keys[low:high])), \
+                    lambda low=low, high=high: (self._npz_column(column)[low:high] for column in columns)
+            return
+        if name not in self.columns:
+            raise TableError(f"has no column {name!r}")
+
+        def values(table, column: str, low: int, high: int) -> np.ndarray:
+            values = table.column(column)
+            if values.null_count:
+                raise TableError(f"column {column!r} has missing values")
+            return values.slice(low, high - low).to_numpy()
+
+        if self.format == "parquet":
+            metadata, start = self._parquet.metadata, 0
+            for group in range(metadata.num_row_groups):
+                rows = metadata.row_group(group).num_rows
+                low, high = max(first, start), min(stop, start + rows)
+                if low < high:
+                    # One column at a time, on this thread: a thread pool gains nothing on one column chunk.
+                    keys = self._parquet.read_row_group(group, columns=[name], use_threads=False).column(0)
+                    yield low, self._keys_of(name, keys.slice(low - start, high - low)), \
+                        lambda group=group, low=low - start, high=high - start: (
+                            values(self._parquet.read_row_group(group, columns=[column], use_threads=False),
+                                   column, low, high)
+                            for column in columns)
+                start += rows
+                if start >= stop:
+                    return
+            return
+        for table, start in self._csv_pieces(list(dict.fromkeys([*columns, name])), first, stop):
+            low, high = max(first, start), min(stop, start + table.num_rows)
+            if low < high:
+                yield low, self._keys_of(name, table.column(name).slice(low - start, high - low)), \
+                    lambda table=table, low=low - start, high=high - start: (
+                        values(table, column, low, high) for column in columns)
+
+    def key_pieces(self, name: str) -> Iterator[tuple[int, object]]:
+        """Every value of one column of integers or strings (a user column), a piece at a time, in
+        row order: (first row of the piece, its values: numpy integers, or a pyarrow array of strings).
 
         Raises:
           TableError: no such column, missing values, or values that are neither integers nor strings.
         """
-        import pyarrow as pa
+        for start, keys, _ in self._pieces([], name, 0, self.num_rows if self.format != "csv" else 1 << 62):
+            yield start, keys
 
-        if self.format == "npz":
-            if name not in self._npz or self._npz[name][1] is not None:
-                raise TableError(f"has no 1-D array {name!r}")
-            values = np.asarray(self._npz_array(name))
-            if values.dtype.kind not in "iu":
-                raise TableError(f"column {name!r} holds {values.dtype} values: a user column holds integers or strings")
-            return values
-        if name not in self.columns:
-            raise TableError(f"has no column {name!r}")
-        if self.format == "parquet":
-            column = self._parquet.read(columns=[name]).column(0)
-        else:
-            column = pa.concat_arrays([batch.column(0) for batch in self._csv_reader([name])]) \
-                if self.num_rows else pa.array([], pa.int64())
-        if column.null_count:
-            raise TableError(f"column {name!r} has missing values: every record must name its user")
-        kind = column.type
-        if not (pa.types.is_integer(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-            raise TableError(f"column {name!r} holds {kind} values: a user column holds integers or strings")
-        return column.to_numpy(zero_copy_only=False)
+    def read_keyed(self, columns: list[str], name: str, place, out: np.ndarray, first: int = 0,
+                   stop: int | None = None) -> None:
+        """Reads the rows that `place` picks by their user column into columns of out, a piece of
+        rows at a time (a Parquet row group, a CSV batch, an .npz slice), one column at a time:
+        memory holds out, one piece's user column and one piece's column, never a whole group.
+
+        Args:
+          columns: the column names (out's rows, in order).
+          name: the user column.
+          place: place(first row of the piece, its user column's values) -> (kept, to), the
+            positions within the piece of the rows kept and the columns of out they go to (index
+            arrays, or slices), or None when the piece holds none, or NO_MORE when neither it nor
+            any later piece holds one.
+          out: float64 array (len(columns), records).
+          first, stop: the rows to look at (stop None: to the end).
+
+        Raises:
+          TableError: no such column, missing values, or user values that are neither integers nor strings.
+        """
+        stop = (self.num_rows if self.format != "csv" else 1 << 62) if stop is None else stop
+        for start, keys, load in self._pieces(columns, name, first, stop):
+            placed = place(start, keys)
+            if placed is NO_MORE:
+                return
+            if placed is None:
+                continue
+            kept, to = placed
+            gathered = None if isinstance(kept, slice) else np.empty(kept.size)
+            for index, values in enumerate(load()):
+                row = out[index]  # a 1-D view: its fancy assignment is faster than out[index, to]'s
+                row[to] = values[kept] if gathered is None or values.dtype != gathered.dtype else \
+                    np.take(values, kept, out=gathered)
 
     def scan(self, columns: list[str]) -> Iterator[np.ndarray]:
         """Every row of some columns, a batch at a time (for checks that must see every value).
