@@ -58,3 +58,20 @@ def test_the_ledger_flags_the_normal_approximation():
     record = flagged.to_dict()
     assert record["events"][0]["noise_sampler"] == NORMAL_APPROXIMATION
     assert record["accounting"]["paper"]["checks"]["exact_noise_sampler"] is False
+
+
+def test_p1d_noise_beyond_2_to_the_53_bits_ends_and_keeps_the_lemmas_product():
+    """Beyond 2⁵³ noise bits b_noise + 1 rounds to b_noise, and the loop that pushes p below ½ spun
+    forever (ε = 1e-100, issue #29 item 9): it now ends, with p < ½ and b_noise·p ≥ the threshold
+    / 2 that Lemma 3.1 needs (never less noise than asked); a threshold that is not finite is refused."""
+    import pytest
+
+    from pipeline.protocols.base import PlanError
+
+    for epsilon in (1e-100, 1e-30, 1e-8):
+        g, users, delta = 20, 100, 1e-6
+        threshold = 180.0 * g * g * math.log(2.0 / delta) / (epsilon**2 * users)
+        b_noise, p = cjmp.p1d_noise(g, users, epsilon, delta)
+        assert p < 0.5 and b_noise > threshold and b_noise * p >= threshold / 2 * (1 - 1e-15)
+    with pytest.raises(PlanError, match="inf noise bits"):
+        cjmp.p1d_noise(20, 100, 1e-300, 1e-6)

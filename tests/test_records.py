@@ -140,6 +140,13 @@ def test_a_user_level_input_is_the_mean_of_the_users_records_and_a_record_level_
     assert inputs.shape[1] == np.minimum(held, 3).sum()  # one input per record used
 
 
+def test_every_column_but_the_label_and_the_user_column_is_a_feature_by_default(tmp_path):
+    source = _clients_table(tmp_path / "c.parquet", [2, 3] * 10)
+    problem = plan_run(expand(_config(_dataset(source, features="*"), {"name": "seq_sgd"},
+                                      {"protocol": "cjmp_vec"}, 20))[0]).job.problem
+    assert problem.features == ["x0", "x1", "x2"]
+
+
 # --------------------------------------------------------------------------- bit identity
 
 
@@ -214,11 +221,12 @@ def test_the_unit_is_stated_in_the_ledger_runs_parquet_and_mlflow(tmp_path, new_
     for row in runs.to_dict("records"):
         ledger = json.loads((tmp_path / "out" / "artifacts" / row["run_id"] / "ledger.json").read_text())
         assert ledger["unit"]["name"] == row["privacy.unit"] and 0 < row["epsilon"] <= 2.0
-    import mlflow
+    from mlflow.tracking import MlflowClient  # not mlflow.set_tracking_uri: it would outlive this test
 
-    mlflow.set_tracking_uri(tree["tracking"]["mlflow_uri"])
-    found = mlflow.search_runs(experiment_names=["records"])
-    assert sorted(found["params.privacy.unit"]) == ["record", "user"]
+    client = MlflowClient(tree["tracking"]["mlflow_uri"])
+    experiment = client.get_experiment_by_name("records")
+    found = client.search_runs([experiment.experiment_id])
+    assert sorted(run.data.params["privacy.unit"] for run in found) == ["record", "user"]
 
 
 def test_results_recorded_before_the_unit_existed_load_at_its_default(tmp_path, new_mlflow_store):

@@ -305,7 +305,7 @@ class Dataset(Problem):
         if self.label not in columns:
             raise ConfigError("problem.label", self.label, f"must be a column of {source}; it has {', '.join(list(columns)[:12])}"
                                                            + (" …" if len(columns) > 12 else ""))
-        matched = table.match(pattern, exclude=self.label)
+        matched = table.match(pattern, exclude=(self.label, self.user_column))
         if not matched:
             raise ConfigError("problem.features", pattern, f"must match at least one column of {source} besides the label")
         for name in (*matched, self.label):

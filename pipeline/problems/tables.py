@@ -142,12 +142,12 @@ class Table:
             return counts.pop() if counts else 0
         return sum(batch.num_rows for batch in self._csv_reader([next(iter(self.columns))]))
 
-    def match(self, pattern: str, exclude: str) -> list[str]:
+    def match(self, pattern: str, exclude: tuple[str | None, ...]) -> list[str]:
         """The columns a comma-separated list of names or glob patterns names, in file order.
 
         Args:
           pattern: e.g. "x*", "age,income" or "*".
-          exclude: a column never matched (the label).
+          exclude: columns never matched (the label, the user column).
 
         Returns:
           The matched column names.
@@ -155,7 +155,7 @@ class Table:
         wanted = [part.strip() for part in pattern.split(",") if part.strip()]
         # A part equal to a column's name names it (an .npz column `X[0]` is no glob class).
         return [name for name in self.columns
-                if name != exclude and any(name == part or fnmatch.fnmatchcase(name, part) for part in wanted)]
+                if name not in exclude and any(name == part or fnmatch.fnmatchcase(name, part) for part in wanted)]
 
     def fingerprint(self) -> str:
         """The SHA-256 of the table's bytes: what cached results (the optimum) are keyed by."""

@@ -86,10 +86,6 @@ class PvecParams:
         return noise_sampler(min(block_users, self.users) * self.b_noise)
 
 
-# The most noise bits per user P_1D plans: b_noise and b_noise + 1 must differ as floats.
-MAX_NOISE_BITS = 2.0**52
-
-
 def p1d_noise(g: int, users: int, epsilon: float, delta: float) -> tuple[int, float]:
     """Noise parameters of P_1D by the rule of Lemma 3.1 / A.2 (ε ≤ 15, δ < 1/2).
 
@@ -106,22 +102,21 @@ def p1d_noise(g: int, users: int, epsilon: float, delta: float) -> tuple[int, fl
       (b_noise, p).
 
     Raises:
-      PlanError: more than MAX_NOISE_BITS noise bits (a tiny ε or δ, a huge radius).
+      PlanError: infinitely many noise bits (ε² underflowing, g² overflowing).
     """
     try:
         threshold = 180.0 * g * g * math.log(2.0 / delta) / (epsilon**2 * users)
     except (ZeroDivisionError, OverflowError):  # ε² underflows to 0, or g² beyond a float
         threshold = math.inf
-    if not threshold < MAX_NOISE_BITS:  # p = threshold/(2·b_noise) must stay below 1/2 in float arithmetic
-        raise PlanError("privacy.epsilon", f"P_1D would need 180·g²·ln(2/δ)/(ε²n) = {threshold:.3g} noise bits per "
-                                           f"user and coordinate, beyond {MAX_NOISE_BITS:.3g} (the precision its "
-                                           "rate is computed in): raise privacy.epsilon or privacy.delta, or lower "
+    if not math.isfinite(threshold):
+        raise PlanError("privacy.epsilon", f"P_1D would need 180·g²·ln(2/δ)/(ε²n) = {threshold} noise bits per user "
+                                           "and coordinate: raise privacy.epsilon or privacy.delta, or lower "
                                            "problem.radius")
     b_noise = math.floor(threshold) + 1
     # Round p up by one ulp: more noise is always safe, float error never less.
     p = math.nextafter(threshold / (2.0 * b_noise), 1.0)
-    while p >= 0.5:  # only possible through float error in `threshold`
-        b_noise += 1
+    while p >= 0.5:  # only through float error in `threshold`, or beyond 2⁵³ where b_noise + 1 rounds to b_noise
+        b_noise = max(b_noise + 1, math.ceil(b_noise * (1.0 + 2.0**-50)))
         p = math.nextafter(threshold / (2.0 * b_noise), 1.0)
     return b_noise, p
 
