@@ -197,6 +197,10 @@ def _stable_order(values: np.ndarray, bound: int) -> np.ndarray:
     return order
 
 
+class TableChangedError(RuntimeError):
+    """A table that is not the one the run was planned on: the shard refuses to read it."""
+
+
 class Dataset(Problem):
     """ℓ(θ, (x, y)) = φ(⟨θ, x⟩, y) + (μ/2)‖θ‖² on Θ = {‖θ‖₂ ≤ R}, each user one row (x, y)
     of `problem.source` (pipeline.problems.losses gives φ and its constants).
@@ -283,6 +287,9 @@ class Dataset(Problem):
                                                   f"({features!r}) matches in {source}: {len(self.features)}")
         self.source_rows, self.fingerprint = self._scan("problem.source", source)
         self.test_rows = self._scan("problem.test", test)[0] if test is not None else round(test_fraction * self.source_rows)
+        # What shards check before reading (`_planned_table`): each table's size and modification time.
+        self.planned_tables = {path: (table.size, table.mtime) for path in (source, test) if path is not None
+                               for table in [self._table("problem.source" if path == source else "problem.test", path)]}
         self.dim = dim * self.loss.outputs
         if user_column is not None:
             self._check_users()
@@ -456,8 +463,23 @@ class Dataset(Problem):
             available, n_users, replace=False)
         return pool[np.sort(chosen)]
 
-    def _read(self, source: str, rows: np.ndarray | None, first: int, stop: int) -> np.ndarray:
+    def _planned_table(self, source: str) -> Table:
+        """The table a shard reads, once it is known to be the one planned: the same size and
+        modification time (to the nanosecond) as when the run was planned and scanned.
+
+        Raises:
+          TableChangedError: naming the file and what changed.
+        """
         table = Table(source)
+        planned = self.planned_tables[source]
+        if (table.size, table.mtime) != planned:
+            raise TableChangedError(f"{source} changed after the run was planned and its values checked (size "
+                                    f"{planned[0]} → {table.size} bytes, modified {planned[1]} → {table.mtime} ns): "
+                                    "run the command again to plan it anew")
+        return table
+
+    def _read(self, source: str, rows: np.ndarray | None, first: int, stop: int) -> np.ndarray:
+        table = self._planned_table(source)
         columns = [*self.features, self.label]
         if rows is None:
             raw = table.read(columns, first, stop)
@@ -471,7 +493,8 @@ class Dataset(Problem):
         """raw, preprocessed in place (`_prepare`) a few rows at a time."""
         for first_row in range(0, raw.shape[1], PREPARE_ROWS):
             if not self._prepare(raw[:, first_row: first_row + PREPARE_ROWS]):  # changed since the preflight scan
-                raise RuntimeError(f"{source} has non-finite values in rows it did not have when the run was planned")
+                raise TableChangedError(f"{source} has non-finite values or labels outside the loss's domain that "
+                                        "it did not have when the run was planned")
         return raw
 
     def _prepare(self, raw: np.ndarray) -> bool:
@@ -480,13 +503,13 @@ class Dataset(Problem):
         labels in the loss's coding.
 
         Returns:
-          Whether every value was finite.
+          Whether every value was finite and every label in the loss's domain.
         """
         features = raw[:-1]
         if self.scale != 1.0:
             features *= self.scale
         norms = np.sqrt(np.einsum("ij,ij->j", features, features))
-        if not (np.isfinite(norms).all() and np.isfinite(raw[-1]).all()):
+        if not (np.isfinite(norms).all() and np.isfinite(raw[-1]).all()) or self.loss.bad_labels(raw[-1]).any():
             return False
         if self.rows == "normalize":
             factor = np.divide(self.feature_bound, norms, out=np.zeros_like(norms), where=norms > 0)
@@ -569,7 +592,8 @@ class Dataset(Problem):
             in_rows[order] = to
             return kept, in_rows
 
-        Table(self.source).read_keyed(columns, self.user_column, place, records, int(grouped.first_rows[users[0]]))
+        self._planned_table(self.source).read_keyed(columns, self.user_column, place, records,
+                                                   int(grouped.first_rows[users[0]]))
         if left[0] or (cursor != offsets[1:]).any():
             raise RuntimeError(f"{self.source} has users' records it did not have when the run was planned")
         return self._prepared(self.source, records), counts

@@ -203,6 +203,8 @@ class Table:
         if rows is not None and rows.size == 0:
             return np.empty((len(columns), 0))
         count = stop - first
+        if self.format != "csv" and stop > self.num_rows:  # never a buffer left part uninitialised
+            raise TableError(f"has {self.num_rows} rows, fewer than the {stop} this read needs")
         out = np.empty((len(columns), count if rows is None else rows.size))
         keep = None if rows is None else rows - first  # positions within the range
         if self.format == "npz":
@@ -224,6 +226,8 @@ class Table:
                 piece = piece.take(keep[(keep >= low - first) & (keep < high - first)] - (low - first))
             self._into(out, at, piece, columns)
             at += piece.num_rows
+        if at != out.shape[1]:
+            raise TableError(f"ended after {at} of the {out.shape[1]} rows this read needs")
         return out
 
     def _read_parquet(self, out: np.ndarray, columns: list[str], first: int, stop: int,
