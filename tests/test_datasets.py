@@ -420,3 +420,30 @@ def test_a_column_named_exactly_is_matched_literally_not_as_a_glob(tmp_path):
     table = Table(str(_table(tmp_path / "t.npz", features, labels)))
     assert table.match("X[0],X[3]", exclude=("label",)) == ["X[0]", "X[3]"]
     assert table.match("X*", exclude=("label",)) == [f"X[{i}]" for i in range(D)]
+
+
+def test_a_compressed_npz_member_is_read_once_per_table_and_refused_above_its_cap(tmp_path, monkeypatch, capsys):
+    """zip's deflate has no random access: a compressed member is decompressed whole, so it is
+    refused above COMPRESSED_NPZ_MAX with the reason (issue #29 item 5: 2.8 MB holding 2·10⁷ × 3
+    took 1.67 GiB a run), and what a Table read dies with it (no process-wide cache)."""
+    import gc
+    import weakref
+
+    from pipeline.problems import tables
+
+    features, labels = _logistic_data(20_000)
+    source = tmp_path / "t.npz"
+    np.savez_compressed(source, X=features, label=labels)
+    table = Table(str(source))
+    read = table.read(["X[0]", "label"], 0, 20_000)
+    assert np.array_equal(read, np.vstack([features[:, 0], labels]))
+    held = weakref.ref(table._npz_array("X"))
+    del table, read
+    gc.collect()
+    assert held() is None  # the decompressed member went with its table
+    monkeypatch.setattr(tables, "COMPRESSED_NPZ_MAX", 100_000)  # X is 20,000 × 3 × 8 = 480,000 bytes
+    path = _config(tmp_path, {"source": str(source), "features": "X*"}, n_users=500)
+    assert cli.main(["run", str(path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "member X.npy is compressed" in lines[0] and "numpy.savez" in lines[0], lines
+    assert not (tmp_path / "out").exists()

@@ -21,6 +21,9 @@ import numpy as np
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".npz": "npz"}
 HASH_CHUNK = 8 << 20  # bytes per read while fingerprinting
 SCAN_ROWS = 1 << 16  # rows per batch of a validation scan
+# The largest compressed .npz member read: zip's deflate has no random access, so every reader
+# decompresses a member whole (a 2.8 MB file of 2·10⁷ × 3 took 1.67 GiB per run).
+COMPRESSED_NPZ_MAX = 256 << 20
 NO_MORE = object()  # what a read_keyed `place` returns when no later piece holds a row it wants
 
 
@@ -85,6 +88,7 @@ class Table:
         if info.type != fs.FileType.File:
             raise TableError("no such file")
         self.size, self.mtime = info.size, info.mtime_ns
+        self._arrays: dict[str, np.ndarray] = {}  # .npz members read: they die with this table
 
     # --- what the table holds ---------------------------------------------------------
 
@@ -262,9 +266,18 @@ class Table:
             if start >= stop:
                 break
 
-    @functools.lru_cache(maxsize=None)
     def _npz_array(self, name: str) -> np.ndarray:
-        """An .npz member, memory-mapped where it is stored uncompressed on a local disk."""
+        """An .npz member, memory-mapped where it is stored uncompressed on a local disk; read once
+        per Table (a compressed one whole, so at most COMPRESSED_NPZ_MAX bytes of it).
+
+        Raises:
+          TableError: a compressed member above COMPRESSED_NPZ_MAX.
+        """
+        if name not in self._arrays:
+            self._arrays[name] = self._read_npz_array(name)
+        return self._arrays[name]
+
+    def _read_npz_array(self, name: str) -> np.ndarray:
         member = f"{name}.npy"
         from pyarrow import fs
 
@@ -282,6 +295,11 @@ class Table:
                 return np.memmap(self.path, dtype=dtype, mode="r", offset=offset, shape=shape,
                                  order="F" if fortran else "C")
         with self.filesystem.open_input_file(self.path) as handle, zipfile.ZipFile(handle) as archive:
+            info = archive.getinfo(member)
+            if info.compress_type != zipfile.ZIP_STORED and info.file_size > COMPRESSED_NPZ_MAX:
+                raise TableError(f"member {member} is compressed, {info.file_size / 2**20:.0f} MiB uncompressed, above "
+                                 f"{COMPRESSED_NPZ_MAX >> 20} MiB: every reader would decompress it whole; write it "
+                                 "with numpy.savez (uncompressed, memory-mapped) or as Parquet")
             with archive.open(member) as stream:
                 return np.lib.format.read_array(stream)
 
