@@ -447,3 +447,17 @@ def test_a_compressed_npz_member_is_read_once_per_table_and_refused_above_its_ca
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "member X.npy is compressed" in lines[0] and "numpy.savez" in lines[0], lines
     assert not (tmp_path / "out").exists()
+
+
+def test_an_unreachable_gcs_source_is_one_line_in_seconds(tmp_path, monkeypatch, capsys):
+    """gs:// retried for 15 minutes (issue #29 item 6): a source retries for GCS_RETRY_LIMIT_S (here
+    1 s, a closed port) and is refused in one line naming problem.source, nothing written."""
+    from pipeline import uris
+
+    monkeypatch.setattr(uris, "GCS_RETRY_LIMIT_S", 1)
+    source = "gs://bucket/t.parquet?endpoint_override=127.0.0.1:9&scheme=http"
+    path = _config(tmp_path, {"source": source}, n_users=100)
+    assert cli.main(["run", str(path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"config error: problem.source = '{source}': cannot be"), lines
+    assert not (tmp_path / "out").exists()

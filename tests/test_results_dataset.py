@@ -317,16 +317,16 @@ def test_a_gcs_output_retries_for_seconds_then_is_one_line(tmp_path, capsys, mon
 
     import pyarrow.fs as pafs
 
-    from pipeline.tracking import location
+    from pipeline import uris
 
     def limit(uri):
         return pafs.FileSystem.from_uri(uri)[0].__reduce__()[1][0]["retry_time_limit"]
 
     assert limit("gs://bucket/x") is None  # pyarrow's own default: minutes of retries
-    assert limit(location.with_retry_limit("gs://bucket/x")) == datetime.timedelta(seconds=location.GCS_RETRY_LIMIT_S)
-    assert limit(location.with_retry_limit("gs://bucket/x?retry_limit_seconds=60")) == datetime.timedelta(seconds=60)
-    assert location.with_retry_limit("s3://bucket/x?scheme=http") == "s3://bucket/x?scheme=http"
-    monkeypatch.setattr(location, "GCS_RETRY_LIMIT_S", 1)
+    assert limit(uris.with_retry_limit("gs://bucket/x")) == datetime.timedelta(seconds=uris.GCS_RETRY_LIMIT_S)
+    assert limit(uris.with_retry_limit("gs://bucket/x?retry_limit_seconds=60")) == datetime.timedelta(seconds=60)
+    assert uris.with_retry_limit("s3://bucket/x?scheme=http") == "s3://bucket/x?scheme=http"
+    monkeypatch.setattr(uris, "GCS_RETRY_LIMIT_S", 1)
     monkeypatch.chdir(tmp_path)
     out = "gs://bucket/results?endpoint_override=127.0.0.1:9&scheme=http"
     assert _run(_config(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}"), out) == 2

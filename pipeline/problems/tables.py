@@ -18,6 +18,8 @@ from typing import Iterator
 
 import numpy as np
 
+from pipeline.uris import with_retry_limit
+
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".npz": "npz"}
 HASH_CHUNK = 8 << 20  # bytes per read while fingerprinting
 SCAN_ROWS = 1 << 16  # rows per batch of a validation scan
@@ -38,7 +40,7 @@ def _filesystem(source: str):
     if "://" not in source:
         return fs.LocalFileSystem(), os.path.abspath(source)
     try:
-        return fs.FileSystem.from_uri(source)
+        return fs.FileSystem.from_uri(with_retry_limit(source))
     except Exception as arrow_error:  # a scheme pyarrow has no native support for, e.g. gcsfs-only setups
         try:
             import fsspec
@@ -84,7 +86,11 @@ class Table:
         self.filesystem, self.path = _filesystem(source)
         from pyarrow import fs
 
-        info = self.filesystem.get_file_info(self.path)
+        try:
+            info = self.filesystem.get_file_info(self.path)
+        except OSError as error:  # an unreachable store: its first line (a cloud SDK's status runs on)
+            line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise TableError(f"cannot be reached: {line[:300]}" + ("…" if len(line) > 300 else "")) from None
         if info.type != fs.FileType.File:
             raise TableError("no such file")
         self.size, self.mtime = info.size, info.mtime_ns

@@ -6,17 +6,15 @@ import dataclasses
 import os
 import secrets
 from pathlib import Path
-from urllib.parse import parse_qs, urlparse, urlsplit, urlunsplit
+from urllib.parse import urlparse, urlsplit
 
 import pyarrow.fs as pafs
 
 from pipeline.errors import ConfigError
+from pipeline.uris import with_retry_limit
 
 # Schemes pyarrow.fs opens; anything else with "://" is refused instead of becoming a local folder "s3:".
 SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
-# Seconds Google Cloud Storage may retry before a URI is refused: by default it retries for 15
-# minutes, so a machine without a network or credentials would hang (S3 gives up in about 10 s).
-GCS_RETRY_LIMIT_S = 8
 
 
 def _first_line(error: BaseException) -> str:
@@ -96,16 +94,6 @@ class Location:
     def kind(self, path: str) -> pafs.FileType:
         """What is at `path`: FileType.NotFound, File or Directory."""
         return self.filesystem.get_file_info(path).type
-
-
-def with_retry_limit(uri: str) -> str:
-    """The URI with GCS_RETRY_LIMIT_S as its retry limit where its scheme retries for minutes
-    (gs://, gcs://) and it sets none itself (`?retry_limit_seconds=`)."""
-    parts = urlsplit(uri)
-    if parts.scheme not in ("gs", "gcs") or "retry_limit_seconds" in parse_qs(parts.query):
-        return uri
-    query = "&".join(part for part in (parts.query, f"retry_limit_seconds={GCS_RETRY_LIMIT_S}") if part)
-    return urlunsplit(parts._replace(query=query))
 
 
 def open_location(out: str, field: str = "tracking.out") -> Location:
