@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -89,8 +90,9 @@ def _migrate(args: argparse.Namespace) -> int:
 def _ledger(args: argparse.Namespace) -> int:
     from pipeline import config, runner
 
-    runs = config.expand(config.read_config(args.config, args.overrides))
-    print(json.dumps(runner.planned_ledgers(runs), indent=2, ensure_ascii=False))
+    with contextlib.redirect_stdout(sys.stderr):  # stdout is the JSON alone, whatever a plug-in prints
+        ledgers = runner.planned_ledgers(config.expand(config.read_config(args.config, args.overrides)))
+    print(json.dumps(ledgers, indent=2, ensure_ascii=False))
     return EXIT_OK
 
 
@@ -129,7 +131,8 @@ def _audit(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise ConfigError("--trials", args.trials,
                           f"{err} (each trial runs the encoder; the default is 20000)") from None
-    planned = runner.plan_run(config.expand(config.read_config(args.config, args.overrides))[0])
+    with contextlib.redirect_stdout(sys.stderr):  # stdout is the JSON alone, whatever a plug-in prints
+        planned = runner.plan_run(config.expand(config.read_config(args.config, args.overrides))[0])
     if not planned.job.protocol.supports_audit:
         raise ConfigError("privacy.protocol", planned.config["privacy.protocol"],
                           "the audit attacks P_vec calls only: use a protocol that supports_audit (cjmp_vec)")

@@ -14,6 +14,7 @@ the problem a run uses, where `for_run` returns it
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -133,8 +134,10 @@ def _load_module(module_name: str):
 def _import(path: str) -> type:
     module_name, _, attribute = path.rpartition(":")
     try:
-        module = _load_module(module_name)
-    except Exception as error:  # any import failure is the user's config to fix
+        # What a plug-in prints goes to stderr: stdout carries `ledger`'s and `audit`'s JSON.
+        with contextlib.redirect_stdout(sys.stderr):
+            module = _load_module(module_name)
+    except (Exception, SystemExit) as error:  # any import failure, sys.exit included, is the user's config to fix
         raise PluginError(f"module {module_name!r} does not import ({type(error).__name__}: {error})") from None
     found = module
     for part in attribute.split("."):

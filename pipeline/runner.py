@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import inspect
 import json
 import math
 import os
@@ -64,6 +65,9 @@ def _ledger(job: engine.RunJob, records: Iterable[tuple[int, int, int, object]])
     return ledger
 
 
+PLUGIN_FIELDS = {"optimizer": "optimizer.name", "problem": "problem.name", "protocol": "privacy.protocol"}
+
+
 def plan_run(run: RunConfig) -> PlannedRun:
     """Builds a run's job and planned ledger, checking every cross-field rule.
 
@@ -75,8 +79,41 @@ def plan_run(run: RunConfig) -> PlannedRun:
 
     Raises:
       ConfigError: a rule the run breaks, including a planned ledger above
-        the target (the budget guard).
+        the target (the budget guard), or any error a plug-in's code raised
+        while planning (named by the field that names the plug-in).
     """
+    try:
+        return _plan_run(run)
+    except ConfigError:
+        raise
+    except Exception as error:
+        field = _raising_plugin(run, error)
+        if field is None:  # the package's own code: its traceback is the bug report
+            raise
+        lines = str(error).strip().splitlines()
+        raise ConfigError(field, run[field], f"the plug-in raised {type(error).__name__}"
+                                             + (f": {lines[0]}" if lines else "")) from None
+
+
+def _raising_plugin(run: RunConfig, error: BaseException) -> str | None:
+    """The field naming the plug-in (not a built-in class) whose code raised `error`, if one did."""
+    files = {}
+    for kind, field in PLUGIN_FIELDS.items():
+        if run[field] in plugins.kinds()[kind].builtins:
+            continue
+        try:
+            files[os.path.realpath(inspect.getfile(plugins.resolve(kind, run[field])))] = field
+        except (TypeError, OSError, plugins.PluginError):
+            continue
+    traceback, raised_in = error.__traceback__, None
+    while traceback is not None:  # the innermost frame in a plug-in's file
+        raised_in = files.get(os.path.realpath(traceback.tb_frame.f_code.co_filename), raised_in)
+        traceback = traceback.tb_next
+    return raised_in
+
+
+def _plan_run(run: RunConfig) -> PlannedRun:
+    """plan_run's work."""
     cls = plugins.resolve("optimizer", run["optimizer.name"])
     for key in OVERRIDES:  # an override that means nothing to the optimizer is refused, not ignored
         if run[f"optimizer.{key}"] is not None and key not in cls.overrides:

@@ -346,7 +346,7 @@ class Dataset(Problem):
                self.loss.classes, self.loss.label_bound)
         if key in _SCANNED:
             return _SCANNED[key]
-        rows = 0
+        rows, codings = 0, set()
         try:
             for batch in table.scan([*self.features, self.label]):
                 finite = np.isfinite(batch)
@@ -361,6 +361,11 @@ class Dataset(Problem):
                     raise ConfigError("problem.label", self.label, f"row {rows + row} of {source} is "
                                                                    f"{batch[-1, row]:g}: labels of loss {self.loss.name} "
                                                                    f"{self.loss.label_rule()}")
+                codings |= self.loss.codings(batch[-1])
+                if len(codings) > 1:
+                    raise ConfigError("problem.label", self.label, f"{source} holds both 0 and −1 labels: labels of "
+                                                                   f"loss {self.loss.name} are 0/1 or −1/+1, not both "
+                                                                   "(0 and −1 would both be the negative class)")
                 rows += batch.shape[1]
         except TableError as error:
             raise ConfigError(field, source, str(error)) from None
@@ -508,9 +513,13 @@ class Dataset(Problem):
         features = raw[:-1]
         if self.scale != 1.0:
             features *= self.scale
-        norms = np.sqrt(np.einsum("ij,ij->j", features, features))
-        if not (np.isfinite(norms).all() and np.isfinite(raw[-1]).all()) or self.loss.bad_labels(raw[-1]).any():
+        if not (np.isfinite(features).all() and np.isfinite(raw[-1]).all()) or self.loss.bad_labels(raw[-1]).any():
             return False
+        norms = np.sqrt(np.einsum("ij,ij->j", features, features))
+        large = ~np.isfinite(norms)  # finite values above ~1e154 overflow the squares: scale those rows first
+        if large.any():
+            peak = np.abs(features[:, large]).max(axis=0)
+            norms[large] = peak * np.linalg.norm(features[:, large] / peak, axis=0)
         if self.rows == "normalize":
             factor = np.divide(self.feature_bound, norms, out=np.zeros_like(norms), where=norms > 0)
         else:

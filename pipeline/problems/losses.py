@@ -54,6 +54,10 @@ class Loss:
         """Raw labels in the loss's coding (±1 for binary losses)."""
         return labels
 
+    def codings(self, labels: np.ndarray) -> set[str]:
+        """The label codings some raw labels use (a table must use one); none for most losses."""
+        return set()
+
     def values(self, scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
         """φ(s, y), shape (T, rows)."""
         raise NotImplementedError
@@ -88,6 +92,10 @@ class _Binary(Loss):
 
     def code(self, labels):
         return np.where(labels > 0, 1.0, -1.0)
+
+    def codings(self, labels):
+        """"0/1" where a 0 occurs, "±1" where a −1 does: a table with both would merge 0 and −1."""
+        return {coding for coding, value in (("0/1", 0.0), ("±1", -1.0)) if (labels == value).any()}
 
     def correct(self, scores, labels):
         return np.where(scores[0] > 0, 1.0, -1.0) == labels

@@ -111,15 +111,18 @@ class Table:
     def _npz(self) -> dict[str, tuple[int, int | None]]:
         """name → (rows, width or None for 1-D) of each array in an .npz."""
         arrays = {}
-        with self.filesystem.open_input_file(self.path) as handle, zipfile.ZipFile(handle) as archive:
-            for member in archive.namelist():
-                if not member.endswith(".npy"):
-                    continue
-                with archive.open(member) as stream:
-                    shape, _, dtype = _npy_header(stream)
-                if len(shape) not in (1, 2) or dtype.kind not in "biuf":
-                    continue  # not a column or a block of numeric columns
-                arrays[member[:-4]] = (shape[0], shape[1] if len(shape) == 2 else None)
+        try:
+            with self.filesystem.open_input_file(self.path) as handle, zipfile.ZipFile(handle) as archive:
+                for member in archive.namelist():
+                    if not member.endswith(".npy"):
+                        continue
+                    with archive.open(member) as stream:
+                        shape, _, dtype = _npy_header(stream)
+                    if len(shape) not in (1, 2) or dtype.kind not in "biuf":
+                        continue  # not a column or a block of numeric columns
+                    arrays[member[:-4]] = (shape[0], shape[1] if len(shape) == 2 else None)
+        except (zipfile.BadZipFile, ValueError, EOFError) as error:  # not a zip, or a member that is no .npy
+            raise TableError(f"is not a readable .npz file: {error}") from None
         return arrays
 
     @functools.cached_property

@@ -21,7 +21,7 @@ import numpy as np
 import scipy  # submodules load on first use (scipy.stats alone costs 0.5 s per process)
 
 from pipeline import accounting as privacy  # submodules load on first use: shards never import dp_accounting
-from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE, GAUSSIAN_SUM, NOISY_MAX, Protocol
+from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE, GAUSSIAN_SUM, NOISY_MAX, PlanError, Protocol
 
 ALL, UNIFORM, POISSON = "all", "uniform", "poisson"
 SAMPLINGS = (ALL, UNIFORM, POISSON)
@@ -335,7 +335,8 @@ class ReportNoisyMax(SumProtocol):
 
     @staticmethod
     def _calibrate(params, epsilon, delta, folds, accounting) -> SumParams:
-        raise ValueError("report_noisy_max runs with frank_wolfe_l1 only (its selections carry the noise)")
+        raise PlanError("privacy.protocol",
+                        "report_noisy_max runs with frank_wolfe_l1 only (its selections carry the noise)")
 
 
 class LocalL2(SumProtocol):

@@ -15,6 +15,7 @@ from pipeline.uris import with_retry_limit
 
 # Schemes pyarrow.fs opens; anything else with "://" is refused instead of becoming a local folder "s3:".
 SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+NAME_MAX_BYTES = 255  # the longest file or folder name ext4, XFS, APFS and NTFS allow
 
 
 def _first_line(error: BaseException) -> str:
@@ -116,6 +117,10 @@ def open_location(out: str, field: str = "tracking.out") -> Location:
                                       f"{', '.join(s + '://' for s in SCHEMES)}")
     if not scheme:
         absolute = os.path.abspath(out)
+        longest = max(Path(absolute).parts, key=lambda part: len(part.encode()))
+        if len(longest.encode()) > NAME_MAX_BYTES:
+            raise ConfigError(field, out, f"has a folder name of {len(longest.encode())} bytes: file systems allow "
+                                          f"at most {NAME_MAX_BYTES}")
         return Location(absolute, pafs.LocalFileSystem(), Path(absolute).as_posix())
     parts = urlsplit(out)
     if not parts.path.strip("/") or (scheme in ("s3", "gs", "gcs") and not parts.netloc):

@@ -1,0 +1,118 @@
+"""Red team, round two (issue #29 item 9): each probe's reproducer, once a traceback, a silent
+merge or a broken JSON, is one config-error line (exit 2, nothing written) or a clean result."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from pipeline import cli
+
+BASE = {"experiment": "redteam2", "problem": {"name": "quadratic", "dim": 3, "radius": 1.0}, "n_users": 2000,
+        "optimizer": {"name": "mean_estimation"}, "privacy": {"epsilon": 4.0, "delta": 1e-6},
+        "execution": {"backend": "local", "shards": 2}}
+PLUGINS = {
+    "prints.py": "print('hello from a plug-in')\n"
+                 "from pipeline.problems.quadratic import Quadratic as Prints\n",
+    "exits.py": "import sys\nsys.exit(0)\n",
+    "raises.py": "import dataclasses\nfrom typing import ClassVar\nfrom pipeline.optimizers.seq_sgd import SeqSGD\n\n\n"
+                 "@dataclasses.dataclass(frozen=True)\nclass Raises(SeqSGD):\n    name: ClassVar[str] = 'raises'\n\n"
+                 "    @classmethod\n    def from_config(cls, *args, **kwargs):\n"
+                 "        print('planning, said the plug-in')\n        raise RuntimeError('a bug of its own')\n",
+}
+
+
+def _config(tmp_path: Path, **changes) -> Path:
+    tree = json.loads(json.dumps(BASE))
+    for dotted, value in changes.items():
+        section, _, key = dotted.rpartition(".")
+        (tree[section] if section else tree)[key] = value
+    tree["tracking"] = {"mlflow_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "out": str(tmp_path / "out")}
+    for name, text in PLUGINS.items():
+        (tmp_path / name).write_text(text)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    return path
+
+
+def _refused(tmp_path, capsys, field: str, words: list[str], command: str = "run", **changes) -> None:
+    assert cli.main([command, str(_config(tmp_path, **changes))]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"config error: {field} = "), lines
+    assert all(word in lines[0] for word in words), lines[0]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_plugin_that_calls_sys_exit_at_import_is_refused_not_a_silent_success(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _refused(tmp_path, capsys, "problem.name", ["does not import", "SystemExit"],
+             **{"problem.name": "exits.py:X"})
+
+
+def test_a_plugins_own_exception_while_planning_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _refused(tmp_path, capsys, "optimizer.name", ["the plug-in raised RuntimeError: a bug of its own"],
+             **{"optimizer.name": "raises.py:Raises"})
+
+
+@pytest.mark.parametrize("command", ["ledger", "audit"])
+def test_what_a_plugin_prints_leaves_the_json_on_stdout_intact(tmp_path, command):
+    """A plug-in printing at import (stdout) broke `ledger`'s and `audit`'s JSON: it goes to stderr."""
+    config = _config(tmp_path, **{"problem.name": "prints.py:Prints", "optimizer.name": "seq_sgd",
+                                  "privacy.epsilon": 8.0, "privacy.delta": 0.01, "n_users": 64})
+    args = [command, str(config)] + (["--trials", "100"] if command == "audit" else [])
+    done = subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    json.loads(done.stdout)  # nothing else on stdout
+    assert "hello from a plug-in" in done.stderr
+
+
+def test_report_noisy_max_with_another_optimizer_names_the_protocol(tmp_path, capsys):
+    _refused(tmp_path, capsys, "privacy.protocol", ["runs with frank_wolfe_l1 only"], command="ledger",
+             **{"optimizer.name": "seq_sgd", "privacy.protocol": "report_noisy_max"})
+
+
+def test_an_out_folder_name_above_255_bytes_is_one_line(tmp_path, capsys):
+    path = _config(tmp_path)
+    assert cli.main(["run", str(path), "--out", str(tmp_path / ("x" * 300))]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "has a folder name of 300 bytes" in lines[0], lines
+
+
+def _dataset(tmp_path: Path, name: str, features: np.ndarray, labels: np.ndarray) -> dict:
+    source = tmp_path / name
+    pd.DataFrame({**{f"x{k}": features[:, k] for k in range(3)}, "label": labels}).to_parquet(source)
+    return {"problem.name": "dataset", "problem.source": str(source), "problem.loss": "logistic",
+            "optimizer.name": "seq_sgd", "n_users": len(labels)}
+
+
+def test_labels_zero_and_minus_one_in_one_file_are_refused_not_merged(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    labels = rng.choice([0, 1, -1], 600)
+    _refused(tmp_path, capsys, "problem.label", ["both 0 and −1"],
+             **_dataset(tmp_path, "t.parquet", rng.uniform(-1, 1, (600, 3)), labels))
+
+
+def test_finite_values_above_1e154_run_instead_of_a_false_non_finite_error(tmp_path):
+    """‖x‖² overflowed to inf for values above ~1e154: the rows are clipped to the bound like any other."""
+    rng = np.random.default_rng(1)
+    features = rng.uniform(-1, 1, (600, 3)) * 1e200
+    config = _config(tmp_path, **_dataset(tmp_path, "big.parquet", features, rng.integers(0, 2, 600)))
+    assert cli.main(["run", str(config)]) == 0
+    (row,) = pd.read_parquet(tmp_path / "out" / "runs.parquet").to_dict("records")
+    assert row["status"] == "finished" and np.isfinite(row["final_excess_loss"])
+
+
+@pytest.mark.parametrize("content", [b"not a zip at all", b"PK\x03\x04 truncated"], ids=["text", "truncated-zip"])
+def test_an_npz_that_is_not_a_zip_is_one_line(tmp_path, capsys, content):
+    source = tmp_path / "t.npz"
+    source.write_bytes(content)
+    _refused(tmp_path, capsys, "problem.source", ["is not a readable .npz file"],
+             **{"problem.name": "dataset", "problem.source": str(source), "optimizer.name": "seq_sgd"})
