@@ -60,13 +60,13 @@ class Field:
 
 
 def _plugin(kind: str) -> Callable[[Any], str]:
-    """A parser of a plug-in's name: it must resolve to a class satisfying its contract."""
+    """A parser of a plug-in's name, which imports nothing: `_parse_options` resolves it to a
+    class satisfying its contract once every field is valid (a plug-in's module runs code)."""
     def parse(value: Any) -> str:
         try:
-            plugins.resolve(kind, value)
+            return plugins.check_name(kind, value)
         except plugins.PluginError as error:
             raise ValueError(str(error)) from None
-        return value
 
     return parse
 
@@ -524,7 +524,11 @@ def _parse_options(values: dict[str, Any], grid_keys: list[str]) -> dict[str, An
     """
     parsed = dict(values)
     for section, (kind, name_field) in PLUGIN_SECTIONS.items():
-        cls = plugins.resolve(kind, values[name_field])
+        try:  # the first import of a plug-in module: every field of the config is valid by now
+            cls = plugins.resolve(kind, values[name_field])
+        except plugins.PluginError as error:
+            shown = f"grid.{name_field}" if name_field in grid_keys else name_field
+            raise ConfigError(shown, values[name_field], str(error)) from None
         declared = {option.name: option for option in cls.options}
         for dotted in [d for d in values if is_option(d) and d.startswith(section + ".")]:
             option = declared.get(dotted.partition(".")[2])

@@ -25,7 +25,7 @@ import inspect
 import os
 import pathlib
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 from pipeline.options import Option
 
@@ -147,6 +147,22 @@ def _import(path: str) -> type:
     return found
 
 
+def check_name(kind: str, name: Any) -> str:
+    """A config's plug-in name, checked without importing anything: a built-in, an installed
+    entry point, or "module:Class" (its code runs only when `resolve` imports it, once the rest
+    of the config is valid: naming a plug-in runs its code, like `pip install`).
+
+    Raises:
+      PluginError: a name that can be none of these.
+    """
+    registered = kinds()[kind]
+    module, _, attribute = name.rpartition(":") if isinstance(name, str) else ("", "", "")
+    if isinstance(name, str) and (name in registered.builtins or (module and attribute)
+                                  or name in _entry_points(registered.group)):
+        return name
+    raise PluginError(f"must be one of {', '.join(short_names(kind))}, or module:Class")
+
+
 @functools.cache
 def resolve(kind: str, name: str) -> type:
     """The class a config's name stands for, checked against its contract.
@@ -187,3 +203,25 @@ def resolve(kind: str, name: str) -> type:
         raise PluginError(f"{name}.options must be a tuple of pipeline.options.Option")
     registered.check(cls)
     return cls
+
+
+def source_files(named: dict[str, tuple[str, str]]) -> dict[str, dict[str, str]]:
+    """Where each plug-in a run names comes from, to be recorded with the run: its file and that
+    file's SHA-256 (built-ins left out: the package's version and commit say theirs).
+
+    Args:
+      named: config field → (kind, name), e.g. {"problem.name": ("problem", "my.py:Mine")}.
+
+    Returns:
+      field → {"name", "file", "sha256"}; empty when the run uses built-ins only.
+    """
+    found = {}
+    for field, (kind, name) in named.items():
+        if name in kinds()[kind].builtins:
+            continue
+        cls = resolve(kind, name)
+        # The module the name imports (its class may be defined elsewhere and re-exported).
+        module = _load_module(name.rpartition(":")[0]) if ":" in name else inspect.getmodule(cls)
+        path = pathlib.Path(inspect.getfile(module)).resolve()
+        found[field] = {"name": name, "file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    return found

@@ -45,7 +45,7 @@ RUN_KINDS: dict[str, type] = {
     "final_excess_loss": FLOAT, **{f"final_{column}": FLOAT for column in MEASURED},
     "epsilon": FLOAT, "delta": FLOAT, **{column: FLOAT for column in theory.THEORY_COLUMNS},
     "status": TEXT, "error": TEXT, "wall_s": FLOAT, "started_at": TIME, "ended_at": TIME,
-    "package_version": TEXT, "git_commit": TEXT,
+    "package_version": TEXT, "git_commit": TEXT, "plugins": TEXT,
 }
 ROUND_KINDS: dict[str, type] = {
     "run_id": TEXT, "mlflow_run_id": TEXT, "experiment": TEXT, "round": INT, "users_in_round": INT,

@@ -428,7 +428,8 @@ def start_run(planned: PlannedRun, tracker: MlflowTracker, folder: str) -> str:
     """
     run = planned.config
     tags = {"optimizer": run["optimizer.name"], "protocol": run["privacy.protocol"],
-            "accounting": run["privacy.accounting"], "privacy_model": run["privacy.model"]}
+            "accounting": run["privacy.accounting"], "privacy_model": run["privacy.model"],
+            "plugins": _plugin_files(run)}
     return tracker.start(run.run_id, run.display_name(),
                          {**run.flat(), **_resolved(planned), "config_hash": run.config_hash}, folder,
                          {key: str(value) for key, value in tags.items() if value is not None})
@@ -446,7 +447,15 @@ def _row(planned: PlannedRun, mlflow_run_id: str, started_at: datetime.datetime)
     run = planned.config
     return {**dict.fromkeys(results.RUN_KINDS), "run_id": run.run_id, "mlflow_run_id": mlflow_run_id,
             "config_hash": run.config_hash, **{field: run[field] for field in FIELDS}, **run.flat(),
-            **_resolved(planned), "started_at": started_at, "ended_at": _now(), **results.provenance()}
+            **_resolved(planned), "started_at": started_at, "ended_at": _now(), **results.provenance(),
+            "plugins": _plugin_files(run)}
+
+
+def _plugin_files(run: RunConfig) -> str | None:
+    """The run's plug-ins as JSON (field → name, file, SHA-256), or None with built-ins only:
+    a plug-in is code the run executed, recorded like the package's own commit."""
+    found = plugins.source_files({field: (kind, run[field]) for kind, field in PLUGIN_FIELDS.items()})
+    return json.dumps(found, sort_keys=True) if found else None
 
 
 def _measured_columns(job: engine.RunJob, records: list) -> tuple[str, ...]:

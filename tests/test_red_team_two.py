@@ -116,3 +116,31 @@ def test_an_npz_that_is_not_a_zip_is_one_line(tmp_path, capsys, content):
     source.write_bytes(content)
     _refused(tmp_path, capsys, "problem.source", ["is not a readable .npz file"],
              **{"problem.name": "dataset", "problem.source": str(source), "optimizer.name": "seq_sgd"})
+
+
+def test_a_plugin_module_runs_only_once_the_rest_of_the_config_is_valid(tmp_path, capsys, monkeypatch):
+    """Naming a plug-in runs its module's code: not for a config refused on another field."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "marks.py").write_text("open('imported', 'w').close()\n"
+                                       "from pipeline.problems.quadratic import Quadratic as Marks\n")
+    _refused(tmp_path, capsys, "n_users", ["must be an integer ≥ 1"],
+             **{"problem.name": "marks.py:Marks", "n_users": -5})
+    assert not (tmp_path / "imported").exists()
+    assert cli.main(["ledger", str(_config(tmp_path, **{"problem.name": "marks.py:Marks"}))]) == 0
+    assert (tmp_path / "imported").exists()  # the same plug-in, in a valid config, is imported
+
+
+def test_each_run_records_its_plugin_files_and_their_sha256(tmp_path, monkeypatch):
+    import hashlib
+
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.chdir(tmp_path)
+    config = _config(tmp_path, **{"problem.name": "prints.py:Prints"})
+    assert cli.main(["run", str(config)]) == 0
+    (row,) = pd.read_parquet(tmp_path / "out" / "runs.parquet").to_dict("records")
+    expected = {"problem.name": {"name": "prints.py:Prints", "file": str((tmp_path / "prints.py").resolve()),
+                                 "sha256": hashlib.sha256((tmp_path / "prints.py").read_bytes()).hexdigest()}}
+    assert json.loads(row["plugins"]) == expected
+    run = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(row["mlflow_run_id"])
+    assert json.loads(run.data.tags["plugins"]) == expected
