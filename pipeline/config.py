@@ -496,6 +496,19 @@ def expand(tree: dict[str, Any]) -> list[RunConfig]:
     return [RunConfig(point_values, seed, varying) for point_values in points for seed in seeds]
 
 
+def _resolved(kind: str, field: str, values: dict[str, Any], grid_keys: list[str] = ()) -> type:
+    """The class a grid point's field names: the first import of a plug-in's module, once every
+    field of the config is valid.
+
+    Raises:
+      ConfigError: the name does not import, or its class breaks its contract.
+    """
+    try:
+        return plugins.resolve(kind, values[field])
+    except plugins.PluginError as error:
+        raise ConfigError(f"grid.{field}" if field in grid_keys else field, values[field], str(error)) from None
+
+
 def _resolve_privacy(values: dict[str, Any]) -> dict[str, Any]:
     """Fills privacy.model and privacy.protocol from each other and checks they agree.
 
@@ -505,7 +518,7 @@ def _resolve_privacy(values: dict[str, Any]) -> dict[str, Any]:
     model, protocol = values.get("privacy.model"), values.get("privacy.protocol")
     if protocol is None:
         protocol = DEFAULT_PROTOCOL[model or SHUFFLE]
-    protocol_model = plugins.resolve("protocol", protocol).model
+    protocol_model = _resolved("protocol", "privacy.protocol", {**values, "privacy.protocol": protocol}).model
     if model is not None and model != protocol_model:
         raise ConfigError("privacy.model", model, f"must be {protocol_model}, the model of privacy.protocol {protocol}")
     return {**values, "privacy.model": protocol_model, "privacy.protocol": protocol}
@@ -524,11 +537,7 @@ def _parse_options(values: dict[str, Any], grid_keys: list[str]) -> dict[str, An
     """
     parsed = dict(values)
     for section, (kind, name_field) in PLUGIN_SECTIONS.items():
-        try:  # the first import of a plug-in module: every field of the config is valid by now
-            cls = plugins.resolve(kind, values[name_field])
-        except plugins.PluginError as error:
-            shown = f"grid.{name_field}" if name_field in grid_keys else name_field
-            raise ConfigError(shown, values[name_field], str(error)) from None
+        cls = _resolved(kind, name_field, values, grid_keys)
         declared = {option.name: option for option in cls.options}
         for dotted in [d for d in values if is_option(d) and d.startswith(section + ".")]:
             option = declared.get(dotted.partition(".")[2])

@@ -12,6 +12,7 @@ import os
 import signal
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable
 
@@ -66,6 +67,8 @@ def _ledger(job: engine.RunJob, records: Iterable[tuple[int, int, int, object]])
 
 
 PLUGIN_FIELDS = {"optimizer": "optimizer.name", "problem": "problem.name", "protocol": "privacy.protocol"}
+# The attempt id of a run whose MLflow run could not be created (runs.parquet's mlflow_run_id).
+NOT_STARTED = "mlflow-not-started"
 
 
 def plan_run(run: RunConfig) -> PlannedRun:
@@ -713,14 +716,28 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
     started: dict[str, tuple[PlannedRun, str, float, datetime.datetime]] = {}
     began = time.perf_counter()
     queue = list(todo)
+
+    def progress(note: str) -> None:
+        completed = len(summary.finished) + len(summary.failed)
+        say(f"{_progress(completed, len(todo), len(summary.failed), time.perf_counter() - began)}  {note}")
+
     try:
         with _remembered_interrupt() as interrupted:
             while queue or executor.in_flight():
                 while queue and executor.in_flight() < executor.capacity():
                     item = queue.pop(0)
-                    started[item.config.run_id] = (item, start_run(item, tracker, store.shown), time.perf_counter(),
-                                                   _now())
+                    try:
+                        mlflow_run_id = start_run(item, tracker, store.shown)
+                    except Exception as err:  # the store refused it (full, read-only, unreachable): it fails alone
+                        # An attempt id of its own: the row's part file must not collide with another's.
+                        fail_run(item, 0.0, f"{NOT_STARTED}-{uuid.uuid4().hex}", _now(), tracker, store, err)
+                        summary.failed.append((item.config.run_id, error_line(err)))
+                        progress(f"{item.config.run_id} FAILED to start its MLflow run: {error_line(err)}")
+                        continue
+                    started[item.config.run_id] = (item, mlflow_run_id, time.perf_counter(), _now())
                     executor.submit(item.config.run_id, item.job, item.config["execution.shards"])
+                if not executor.in_flight():  # every run left failed to start
+                    continue
                 run_id, outcome = executor.next_done()
                 item, mlflow_run_id, run_began, started_at = started[run_id]  # in flight until recorded or failed
                 wall_s = time.perf_counter() - run_began
@@ -739,8 +756,7 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
                     fail_run(item, wall_s, mlflow_run_id, started_at, tracker, store, err)
                     summary.failed.append((run_id, f"{type(err).__name__}: {err}"))
                     note = f"{run_id} FAILED: {type(err).__name__}: {err}"
-                completed = len(summary.finished) + len(summary.failed)
-                say(f"{_progress(completed, len(todo), len(summary.failed), time.perf_counter() - began)}  {note}")
+                progress(note)
                 if interrupted():  # a Ctrl-C or SIGTERM swallowed during the run stops the grid here
                     raise _interrupt(interrupted())
     except BaseException as stop:  # an interrupt (or the driver's own failure): the runs in flight stop with it

@@ -144,3 +144,31 @@ def test_each_run_records_its_plugin_files_and_their_sha256(tmp_path, monkeypatc
     assert json.loads(row["plugins"]) == expected
     run = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(row["mlflow_run_id"])
     assert json.loads(run.data.tags["plugins"]) == expected
+
+
+def test_a_store_that_refuses_a_run_fails_that_run_and_the_grid_goes_on(tmp_path, capsys, monkeypatch):
+    """MlflowTracker.start was outside the per-run `try`: a full or read-only store aborted the whole
+    grid with pages of traceback (issue #29 item 7). Here it refuses the second of three runs."""
+    import sqlite3
+
+    from pipeline.tracking import MlflowTracker
+
+    start, calls = MlflowTracker.start, []
+
+    def refuse_the_second(self, *args, **kwargs):
+        calls.append(args[0])
+        if len(calls) == 2:
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+        return start(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowTracker, "start", refuse_the_second)
+    config = _config(tmp_path, **{"seeds": [0, 1, 2]})
+    assert cli.main(["run", str(config)]) == 1
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    runs = pd.read_parquet(tmp_path / "out" / "runs.parquet").sort_values("seed")
+    assert list(runs["status"]) == ["finished", "failed", "finished"]
+    assert runs["error"].iloc[1] == "OperationalError: attempt to write a readonly database"
+    assert cli.main(["run", str(config)]) == 0  # the rerun redoes the failed run only
+    runs = pd.read_parquet(tmp_path / "out" / "runs.parquet")
+    assert sorted(runs.loc[runs["status"] == "finished", "seed"]) == [0, 1, 2]
