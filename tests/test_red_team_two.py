@@ -172,3 +172,28 @@ def test_a_store_that_refuses_a_run_fails_that_run_and_the_grid_goes_on(tmp_path
     assert cli.main(["run", str(config)]) == 0  # the rerun redoes the failed run only
     runs = pd.read_parquet(tmp_path / "out" / "runs.parquet")
     assert sorted(runs.loc[runs["status"] == "finished", "seed"]) == [0, 1, 2]
+
+
+LINE = "root:x:0:0:root:/root:/bin/bash"
+
+
+@pytest.mark.parametrize("last_row, words", [
+    (LINE, ["Expected 4 columns, got 1"]),  # a bad row past pyarrow's first 1 MB block: a traceback before
+    ("0.1,s3cr3t,0.3,1", ["conversion error to double"]),
+], ids=["short-row", "text-value"])
+def test_a_bad_csv_row_anywhere_is_one_line_that_quotes_no_data(tmp_path, capsys, last_row, words):
+    source = tmp_path / "late.csv"
+    source.write_text("x0,x1,x2,label\n" + "0.1,0.2,0.3,1\n" * 300_000 + last_row + "\n")  # 4.2 MB
+    _refused(tmp_path, capsys, "problem.source", words, command="ledger",
+             **{"problem.name": "dataset", "problem.source": str(source), "optimizer.name": "seq_sgd"})
+    assert LINE not in capsys.readouterr().err
+
+
+def test_a_source_that_is_not_a_table_quotes_none_of_its_lines(tmp_path, capsys):
+    """A source symlinked to a passwd-like file quoted its first line (as column names)."""
+    (tmp_path / "passwd").write_text(LINE + "\nbin:x:1:1:bin:/bin:/sbin/nologin\n")
+    (tmp_path / "t.csv").symlink_to(tmp_path / "passwd")
+    assert cli.main(["ledger", str(_config(tmp_path, **{"problem.name": "dataset", "optimizer.name": "seq_sgd",
+                                                        "problem.source": str(tmp_path / "t.csv")}))]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and LINE not in err and "/bin/" not in err and "x:0:0" not in err, err

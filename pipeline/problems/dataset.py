@@ -24,6 +24,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 from typing import Any, Callable, ClassVar
 
 import numpy as np
@@ -310,8 +311,11 @@ class Dataset(Problem):
         except TableError as error:
             raise ConfigError(field, source, str(error)) from None
         if self.label not in columns:
-            raise ConfigError("problem.label", self.label, f"must be a column of {source}; it has {', '.join(list(columns)[:12])}"
-                                                           + (" …" if len(columns) > 12 else ""))
+            # Column names a header could not have (a path, a passwd line) are not quoted: they are the file's data.
+            plain = all(re.fullmatch(r"[\w .\-\[\]]{1,64}", name) for name in columns)
+            listed = f"it has {', '.join(list(columns)[:12])}" + (" …" if len(columns) > 12 else "") if plain else \
+                f"its {len(columns)} column names are not shown (not plain names: they may be the file's data)"
+            raise ConfigError("problem.label", self.label, f"must be a column of {source}; {listed}")
         matched = table.match(pattern, exclude=(self.label, self.user_column))
         if not matched:
             raise ConfigError("problem.features", pattern, f"must match at least one column of {source} besides the label")

@@ -12,6 +12,7 @@ import fnmatch
 import functools
 import hashlib
 import os
+import re
 import struct
 import zipfile
 from typing import Iterator
@@ -31,6 +32,32 @@ NO_MORE = object()  # what a read_keyed `place` returns when no later piece hold
 
 class TableError(ValueError):
     """A table that cannot be opened or read as asked; the message is the rule it breaks."""
+
+
+def _csv_error(error: BaseException) -> TableError:
+    """A CSV reading error without the row or the value it quotes: a table's contents (or a
+    file a source names by mistake, /etc/passwd) never reach an error line."""
+    lines = str(error).strip().splitlines()
+    text = re.sub(r"(Expected \d+ columns?, got \d+).*", r"\1", lines[0] if lines else type(error).__name__)
+    return TableError(f"is not a readable CSV file: {re.sub(chr(39) + '[^' + chr(39) + ']*' + chr(39), '…', text)}")
+
+
+class _CsvBatches:
+    """A streaming CSV reader's batches; a bad row in any block (not only the first, which
+    opening parses) is a TableError."""
+
+    def __init__(self, reader):
+        self.reader, self.schema = reader, reader.schema
+
+    def __iter__(self):
+        while True:
+            try:
+                batch = self.reader.read_next_batch()
+            except StopIteration:
+                return
+            except Exception as error:
+                raise _csv_error(error) from None
+            yield batch
 
 
 def _filesystem(source: str):
@@ -180,15 +207,15 @@ class Table:
 
     # --- reading ------------------------------------------------------------------------
 
-    def _csv_reader(self, columns: list[str] | None):
+    def _csv_reader(self, columns: list[str] | None) -> "_CsvBatches":
         from pyarrow import csv
 
         include = {} if columns is None else {"include_columns": columns}
         try:
-            return csv.open_csv(self.filesystem.open_input_stream(self.path),
-                                convert_options=csv.ConvertOptions(**include))
+            return _CsvBatches(csv.open_csv(self.filesystem.open_input_stream(self.path),
+                                            convert_options=csv.ConvertOptions(**include)))
         except Exception as error:
-            raise TableError(f"is not a readable CSV file: {error}") from None
+            raise _csv_error(error) from None
 
     def _into(self, out: np.ndarray, at: int, table, columns: list[str]) -> None:
         """Copies an Arrow table's or record batch's columns into out[:, at:at + rows] as float64."""
