@@ -197,3 +197,22 @@ def test_a_source_that_is_not_a_table_quotes_none_of_its_lines(tmp_path, capsys)
                                                         "problem.source": str(tmp_path / "t.csv")}))]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and LINE not in err and "/bin/" not in err and "x:0:0" not in err, err
+
+
+@pytest.mark.parametrize("compression", ["stored", "deflated"])
+def test_an_npz_whose_headers_promise_more_rows_than_it_holds_is_one_line(tmp_path, capsys, compression):
+    """Every member's header says 100,000 rows, the data hold 1,000: a traceback from numpy before."""
+    import zipfile
+
+    np.savez(tmp_path / "honest.npz", X=np.random.default_rng(0).uniform(-1, 1, (1000, 3)), label=np.ones(1000))
+    with zipfile.ZipFile(tmp_path / "honest.npz") as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    members["X.npy"] = members["X.npy"].replace(b"(1000, 3)", b"(100000, 3)")
+    members["label.npy"] = members["label.npy"].replace(b"(1000,)", b"(100000,)")
+    method = zipfile.ZIP_STORED if compression == "stored" else zipfile.ZIP_DEFLATED
+    with zipfile.ZipFile(tmp_path / "liar.npz", "w", method) as archive:
+        for name, content in members.items():
+            archive.writestr(name, content)
+    _refused(tmp_path, capsys, "problem.source", ["member X.npy does not hold what its header says"],
+             command="ledger", **{"problem.name": "dataset", "problem.source": str(tmp_path / "liar.npz"),
+                                  "problem.features": "X*", "optimizer.name": "seq_sgd", "n_users": 500})

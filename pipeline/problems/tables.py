@@ -310,7 +310,13 @@ class Table:
           TableError: a compressed member above COMPRESSED_NPZ_MAX.
         """
         if name not in self._arrays:
-            self._arrays[name] = self._read_npz_array(name)
+            try:
+                self._arrays[name] = self._read_npz_array(name)
+            except TableError:
+                raise
+            except Exception as error:  # a header that promises more than the member holds, a damaged member
+                raise TableError(f"member {name}.npy does not hold what its header says "
+                                 f"({type(error).__name__}: {str(error).strip()[:200]})") from None
         return self._arrays[name]
 
     def _read_npz_array(self, name: str) -> np.ndarray:
