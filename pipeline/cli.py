@@ -91,7 +91,8 @@ def _ledger(args: argparse.Namespace) -> int:
     from pipeline import config, runner
 
     with contextlib.redirect_stdout(sys.stderr):  # stdout is the JSON alone, whatever a plug-in prints
-        ledgers = runner.planned_ledgers(config.expand(config.read_config(args.config, args.overrides)))
+        ledgers = runner.planned_ledgers(config.expand(config.read_config(args.config, args.overrides)),
+                                         say=lambda line: print(line, file=sys.stderr, flush=True))
     print(json.dumps(ledgers, indent=2, ensure_ascii=False))
     return EXIT_OK
 

@@ -67,6 +67,8 @@ def _ledger(job: engine.RunJob, records: Iterable[tuple[int, int, int, object]])
 
 
 PLUGIN_FIELDS = {"optimizer": "optimizer.name", "problem": "problem.name", "protocol": "privacy.protocol"}
+# Seconds between two notes of planning's progress.
+PLANNING_NOTE_S = 5.0
 # The attempt id of a run whose MLflow run could not be created (runs.parquet's mlflow_run_id).
 NOT_STARTED = "mlflow-not-started"
 
@@ -692,7 +694,7 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
 
     # Planning calibrates every protocol (a numerical search per round shape): say so.
     say(f"planning {len(runs)} runs (protocol calibration and ledgers)")
-    planned = [plan_run(run) for run in runs]
+    planned = plan_all(runs, say)
     first = runs[0]
     store.check_writable()
     store.check_readable()
@@ -767,21 +769,42 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
     return summary
 
 
-def planned_ledgers(runs: list[RunConfig]) -> dict:
+def plan_all(runs: list[RunConfig], say: Callable[[str], None]) -> list[PlannedRun]:
+    """Plans runs in order, saying how far it got every PLANNING_NOTE_S seconds (a grid of
+    thousands of points calibrates for minutes).
+
+    Raises:
+      ConfigError: the first rule a run breaks.
+    """
+    planned, began = [], time.perf_counter()
+    noted = began
+    for run in runs:
+        planned.append(plan_run(run))
+        if time.perf_counter() - noted >= PLANNING_NOTE_S and len(planned) < len(runs):
+            noted = time.perf_counter()
+            say(f"planning: {_progress(len(planned), len(runs), 0, noted - began).replace(' (0 failed)', '')}")
+    return planned
+
+
+def planned_ledgers(runs: list[RunConfig], say: Callable[[str], None] = lambda line: None) -> dict:
     """The planned ledger of every grid point, without running anything.
 
     Args:
       runs: the expanded config.
+      say: where planning's progress goes (the `ledger` command: stderr).
 
     Returns:
       {"runs": [{config_hash, seeds, config, hyperparameters, ledger}, ...]}.
     """
     points: dict[str, dict] = {}
+    distinct = list({run.config_hash: run for run in runs}.values())
+    say(f"planning {len(distinct)} grid points (protocol calibration and ledgers)")
+    planned_points = {planned.config.config_hash: planned for planned in plan_all(distinct, say)}
     for run in runs:
         if run.config_hash in points:
             points[run.config_hash]["seeds"].append(run.seed)
             continue
-        planned = plan_run(run)
+        planned = planned_points[run.config_hash]
         points[run.config_hash] = {
             "config_hash": run.config_hash,
             "seeds": [run.seed],

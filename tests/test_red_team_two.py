@@ -216,3 +216,18 @@ def test_an_npz_whose_headers_promise_more_rows_than_it_holds_is_one_line(tmp_pa
     _refused(tmp_path, capsys, "problem.source", ["member X.npy does not hold what its header says"],
              command="ledger", **{"problem.name": "dataset", "problem.source": str(tmp_path / "liar.npz"),
                                   "problem.features": "X*", "optimizer.name": "seq_sgd", "n_users": 500})
+
+
+def test_ledger_says_how_far_planning_got_on_stderr(tmp_path, capsys, monkeypatch):
+    """A 3,000-point `ledger` was silent for 240 s: planning notes its progress (here after every
+    point) on stderr, and stdout stays the JSON alone."""
+    from pipeline import runner
+
+    monkeypatch.setattr(runner, "PLANNING_NOTE_S", 0.0)
+    config = _config(tmp_path, **{"grid": {"privacy.epsilon": [1.0, 2.0, 3.0]}})
+    assert cli.main(["ledger", str(config)]) == 0
+    captured = capsys.readouterr()
+    assert len(json.loads(captured.out)["runs"]) == 3
+    lines = captured.err.strip().splitlines()
+    assert lines[0] == "planning 3 grid points (protocol calibration and ledgers)"
+    assert [line.split("] ")[1].split(" ")[0] for line in lines[1:]] == ["1/3", "2/3"]
