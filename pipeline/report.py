@@ -183,17 +183,10 @@ def _models_vs_epsilon(runs: pd.DataFrame, axes) -> None:
 
 ACCURACY_KEYS = ["optimizer.name", "privacy.protocol", "privacy.accounting", "privacy.model"]
 UNIT = "privacy.unit"
-UNIT_ORDER = ("record", "user")  # panels left to right; runs from before the field existed are at user level
+UNIT_ORDER = ("record", "user")  # panels left to right (results.load gives older runs their unit: user)
 UNIT_TITLES = {"record": "a neighbour differs in one record", "user": "a neighbour differs in one user's records"}
 # A partitioned training file of experiments/make_datasets.py: <name>_<scheme><parameter>_c<C>_train.parquet.
 PARTITION_NAME = re.compile(r"_(iid|dirichlet|pathological)([^_]*)_c(\d+)_train\.parquet$")
-
-
-def _units(runs: pd.DataFrame) -> pd.Series:
-    """Each run's unit of privacy (a folder written before privacy.unit existed: user level)."""
-    if UNIT not in runs:
-        return pd.Series(UNIT_ORDER[-1], index=runs.index, name=UNIT)
-    return runs[UNIT].fillna(UNIT_ORDER[-1]).astype(str)
 
 
 def _accuracy_splits(measured: pd.DataFrame) -> list[str]:
@@ -272,7 +265,6 @@ def accuracy_summary(runs: pd.DataFrame) -> pd.DataFrame:
       without the unit).
     """
     measured = runs[runs["final_test_accuracy"].notna()].copy()
-    measured[UNIT] = _units(measured)
     measured["local_epsilon0"] = _local_epsilon0(measured)
     splits = _accuracy_splits(measured)
     keys = ACCURACY_KEYS + splits + [UNIT, "privacy.epsilon"]

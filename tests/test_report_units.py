@@ -111,11 +111,23 @@ def test_one_panel_per_unit_each_with_the_non_private_line(folder):
         plt.close(figure)
 
 
-def test_a_folder_without_the_unit_column_keeps_one_panel(folder):
-    """Folders written before privacy.unit existed: user level, one panel, as before."""
-    runs, _ = results.load(folder)
-    old = runs[runs["privacy.unit"] == "user"].drop(columns=["privacy.unit"])
-    figure, summary = report._accuracy_vs_epsilon(old)
+def test_a_folder_without_the_unit_column_keeps_one_panel(folder, tmp_path):
+    """Folders written before privacy.unit existed (its user-level runs' parts, the column dropped):
+    loaded at user level, one panel, as before."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    old_folder = tmp_path / "old"
+    shutil.copytree(folder, old_folder)
+    for part in (old_folder / "runs.parquet").glob("*.parquet"):
+        table = pq.read_table(part)
+        if "record" in table.column("privacy.unit").to_pylist():
+            part.unlink()
+        else:
+            pq.write_table(table.drop_columns(["privacy.unit"]), part)
+    runs, _ = results.load(old_folder)
+    figure, summary = report._accuracy_vs_epsilon(runs)
     try:
         assert len(figure.axes) == 1 and set(summary["privacy.unit"]) == {"user"}
     finally:
