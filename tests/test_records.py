@@ -18,7 +18,7 @@ import yaml
 from pipeline import cli, engine
 from pipeline.config import expand
 from pipeline.engine.shard import Shard
-from pipeline.problems.records import choose_records, group_rows, parse_records_per_user
+from pipeline.problems.records import choose_records, parse_records_per_user
 from pipeline.runner import plan_run
 
 DIM = 3
@@ -90,9 +90,14 @@ def test_a_round_uses_s_distinct_records_of_each_user_uniformly():
         assert np.all(np.abs(frequency - p) <= 5 * math.sqrt(p * (1 - p) / repeats) + 1e-12), m
 
 
-def test_rows_group_by_user_in_order_of_first_row_each_in_file_order():
-    rows, counts = group_rows(np.array(["b", "a", "b", "c", "a", "b"]))
-    assert rows.tolist() == [0, 2, 5, 1, 4, 3] and counts.tolist() == [3, 2, 1]
+def test_rows_group_by_user_in_order_of_first_row_each_in_file_order(tmp_path):
+    """String user ids b a b c a b: users b, a, c (first rows 0, 1, 3) holding rows 0 2 5, 1 4, 3."""
+    source = tmp_path / "s.parquet"
+    pq.write_table(pa.table({"x0": np.arange(6.0) / 10, "x1": np.zeros(6), "x2": np.zeros(6), "label": np.ones(6),
+                             "client": ["b", "a", "b", "c", "a", "b"]}), source)
+    problem = plan_run(expand(_config(_dataset(source), {"name": "seq_sgd"}, {"protocol": "cjmp_vec"}, 3))[0]).job.problem
+    records, counts = problem.read_user_records(3, 0, 3)
+    assert counts.tolist() == [3, 2, 1] and np.allclose(records[0] * 10, [0, 2, 5, 1, 4, 3])
 
 
 # --------------------------------------------------------------------------- what users send

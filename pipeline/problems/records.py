@@ -1,6 +1,6 @@
-"""Users who hold several records: how many each holds, which of them a round
-uses, and a table's rows grouped by a user column (shared/DESIGN.md §5,
-"Users with several records").
+"""Users who hold several records: how many each holds and which of them a round
+uses (shared/DESIGN.md §5, "Users with several records"; a table's user column is
+grouped by pipeline.problems.dataset).
 
 A run's records are laid out user by user: user u holds records
 offsets[u] … offsets[u + 1] − 1 of its shard, so a user's records never split
@@ -150,21 +150,3 @@ def choose_records(rng: np.random.Generator, counts: np.ndarray, per_user: int) 
     rank[order] = within
     kept = np.sort(order[rank[order] < per_user])
     return within[kept], owners[kept]
-
-
-def group_rows(user_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A table's rows grouped by user: users in order of their first row.
-
-    Args:
-      user_ids: one value per row (numbers or strings).
-
-    Returns:
-      (rows, counts): the row indices user by user (each user's rows in file order), and
-      how many rows each user holds.
-    """
-    _, first, inverse, counts = np.unique(user_ids, return_index=True, return_inverse=True, return_counts=True)
-    by_appearance = np.argsort(first, kind="stable")  # users in order of their first row, not of their ids
-    rank = np.empty_like(by_appearance)
-    rank[by_appearance] = np.arange(by_appearance.size)
-    rows = np.argsort(rank[inverse.reshape(-1)], kind="stable")
-    return rows, counts[by_appearance].astype(np.int64)
