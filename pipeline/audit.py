@@ -73,8 +73,8 @@ def audit_pvec(params: cjmp.PvecParams, trials: int = 20_000, alpha: float = 0.0
       {epsilon_lower_bound, threshold, trials, confidence, ...}.
     """
     null, alternative = worst_case_inputs(params) if neighbours is None else neighbours
-    null, alternative = _statistic(params, null, trials, [seed, 0]), _statistic(params, alternative, trials, [seed + 1, 1])
-    return {**_split_audit(null, alternative, params.delta, alpha),
+    counts = [_statistic(params, inputs, trials, [seed + moved, moved]) for moved, inputs in enumerate((null, alternative))]
+    return {**_split_audit(*counts, params.delta, alpha),
             "neighbours": "all users at -norm_bound*e1 vs one user moved to +norm_bound*e1" if neighbours is None
             else "the given pair"}
 

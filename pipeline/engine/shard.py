@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 
 from pipeline.engine.job import RunJob
-from pipeline.errors import NonFiniteError, value_class
 from pipeline.engine.layout import (DATA_STREAM, NOISE_STREAM, PERMUTE_STREAM, RECORD_STREAM, RECORDS_STREAM,
                                     ROUND_STREAM, SCATTER_STREAM, Streams, sampled_users)
 from pipeline.engine.rounds import RoundRecords, execute_rounds
+from pipeline.errors import NonFiniteError, value_class
 from pipeline.problems.records import choose_records, offsets_of
 from pipeline.problems.smoothed import MoreauSmoothed
 from pipeline.protocols.base import DATA, RoundPlan
@@ -59,8 +59,8 @@ class Shard:
                 self.data[:, first - self.first_user: stop - self.first_user] = job.problem.sample(
                     self.streams(DATA_STREAM, block), stop - first)
         else:  # each block's users' record counts, then their records, from the block's own streams
-            counts = [job.records.draw(self.streams(RECORDS_STREAM, block), np.subtract(*layout.block_users(block)[::-1]))
-                      for block in self.blocks]
+            counts = [job.records.draw(self.streams(RECORDS_STREAM, block), stop - first)
+                      for first, stop in map(layout.block_users, self.blocks)]
             self.offsets = offsets_of(np.concatenate(counts))
             self.data = np.empty((job.problem.data_dim, int(self.offsets[-1])))
             for block, block_counts in zip(self.blocks, counts):
@@ -102,8 +102,8 @@ class Shard:
             high = min(low + self._step, stop)
             # A slice stays a view of the shard's data; sampled positions are gathered.
             data = self.data[:, low:high] if contiguous else self.data[:, users[low:high]]
-            yield self._compute(plan, problem, theta, data, self._buffer[: self.dim * (high - low)].reshape(self.dim, high - low),
-                                lambda: np.arange(low, high) if contiguous else users[low:high])
+            out = self._buffer[: self.dim * (high - low)].reshape(self.dim, high - low)
+            yield self._compute(plan, problem, theta, data, out, lambda: np.arange(low, high) if contiguous else users[low:high])
 
     def _compute(self, plan: RoundPlan, problem, theta: np.ndarray, data: np.ndarray, out: np.ndarray,
                  owners) -> np.ndarray:
