@@ -798,7 +798,6 @@ def planned_ledgers(runs: list[RunConfig], say: Callable[[str], None] = lambda l
     """
     points: dict[str, dict] = {}
     distinct = list({run.config_hash: run for run in runs}.values())
-    say(f"planning {len(distinct)} grid points (protocol calibration and ledgers)")
     planned_points = {planned.config.config_hash: planned for planned in plan_all(distinct, say)}
     for run in runs:
         if run.config_hash in points:

@@ -219,8 +219,8 @@ def test_an_npz_whose_headers_promise_more_rows_than_it_holds_is_one_line(tmp_pa
 
 
 def test_ledger_says_how_far_planning_got_on_stderr(tmp_path, capsys, monkeypatch):
-    """A 3,000-point `ledger` was silent for 240 s: planning notes its progress (here after every
-    point) on stderr, and stdout stays the JSON alone."""
+    """A 3,000-point `ledger` was silent for 240 s: planning notes its progress on stderr every
+    PLANNING_NOTE_S seconds (here after every point), and stdout stays the JSON alone."""
     from pipeline import runner
 
     monkeypatch.setattr(runner, "PLANNING_NOTE_S", 0.0)
@@ -228,6 +228,5 @@ def test_ledger_says_how_far_planning_got_on_stderr(tmp_path, capsys, monkeypatc
     assert cli.main(["ledger", str(config)]) == 0
     captured = capsys.readouterr()
     assert len(json.loads(captured.out)["runs"]) == 3
-    lines = captured.err.strip().splitlines()
-    assert lines[0] == "planning 3 grid points (protocol calibration and ledgers)"
-    assert [line.split("] ")[1].split(" ")[0] for line in lines[1:]] == ["1/3", "2/3"]
+    lines = captured.err.strip().splitlines()  # quiet unless planning takes PLANNING_NOTE_S (here 0)
+    assert [line.split("] ")[1].split(" ")[0] for line in lines] == ["1/3", "2/3"], lines

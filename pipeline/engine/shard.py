@@ -59,8 +59,10 @@ class Shard:
                 self.data[:, first - self.first_user: stop - self.first_user] = job.problem.sample(
                     self.streams(DATA_STREAM, block), stop - first)
         else:  # each block's users' record counts, then their records, from the block's own streams
-            counts = [job.records.draw(self.streams(RECORDS_STREAM, block), stop - first)
-                      for first, stop in map(layout.block_users, self.blocks)]
+            counts = []
+            for block in self.blocks:
+                first, stop = layout.block_users(block)
+                counts.append(job.records.draw(self.streams(RECORDS_STREAM, block), stop - first))
             self.offsets = offsets_of(np.concatenate(counts))
             self.data = np.empty((job.problem.data_dim, int(self.offsets[-1])))
             for block, block_counts in zip(self.blocks, counts):
