@@ -61,6 +61,9 @@ def _check_protocol(cls: type) -> None:
     unknown = set(cls.capabilities) - set(CAPABILITIES)
     if unknown:
         raise PluginError(f"{cls.__qualname__}.capabilities {sorted(unknown)}: known are {', '.join(CAPABILITIES)}")
+    if not cls.supports_audit and not (isinstance(cls.audit_refusal, str) and cls.audit_refusal.strip()):
+        raise PluginError(f"{cls.__qualname__} sets supports_audit = False: it must say why in `audit_refusal` "
+                          "(the audit prints it)")
 
 
 def _check_optimizer(cls: type) -> None:

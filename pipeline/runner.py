@@ -49,7 +49,7 @@ class PlannedRun:
     rates: dict[str, float]
 
 
-def _ledger(job: engine.RunJob, records: Iterable[tuple[int, int, int, object]]) -> PrivacyLedger:
+def ledger_of(job: engine.RunJob, records: Iterable[tuple[int, int, int, object]]) -> PrivacyLedger:
     """A ledger of (round, first user, stop user, protocol params) calls."""
     optimizer, schedule = job.optimizer, job.schedule
     ledger = PrivacyLedger(schedule.composition, optimizer.epsilon, optimizer.delta, schedule.slack,
@@ -171,7 +171,7 @@ def _plan_run(run: RunConfig) -> PlannedRun:
             raise ConfigError(field, run[field], f"round {round_index}: {error}") from None
         planned.append((round_index, plan.first_user, plan.stop_user, params))
     try:
-        ledger = _ledger(job, planned)
+        ledger = ledger_of(job, planned)
     except LedgerError as error:  # the protocol's events, or the optimizer's schedule, break the ledger's rules
         field = "privacy.protocol" if isinstance(error, UnsupportedEventError) else "optimizer.name"
         raise ConfigError(field, run[field], str(error)) from None
@@ -506,7 +506,7 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
 
     run, job = planned.config, planned.job
     columns = dict(zip(engine.RoundRecord._fields, zip(*records)))
-    ledger = _ledger(job, zip(columns["round"], columns["first_user"], columns["stop_user"], columns["params"]))
+    ledger = ledger_of(job, zip(columns["round"], columns["first_user"], columns["stop_user"], columns["params"]))
     if ledger.to_dict() != planned.ledger.to_dict():
         raise RuntimeError("the executed rounds differ from the planned ledger")
     spent = ledger.spent_series()

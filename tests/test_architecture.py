@@ -27,8 +27,8 @@ LAYERS = {
 }
 # Specific protocol modules (the registry `pipeline.protocols` and the contract `.base` are not).
 PROTOCOL_MODULES = {"cjmp", "girgis", "multi_message", "sums", "sampling"}
-# P_vec's own tools: the audit attacks P_vec calls, the calculator's cjmp-vec command plans them.
-PVEC_TOOLS = {"pipeline/audit.py", "pipeline/calculator.py"}
+# P_vec's own tool: the calculator's cjmp-vec command plans P_vec calls.
+PVEC_TOOLS = {"pipeline/calculator.py"}
 
 
 def _imports(path: Path) -> list[tuple[str, int]]:

@@ -1,5 +1,6 @@
-"""The empirical privacy audit: its lower bound never exceeds the ledger, and
-it does catch a mechanism with too little noise."""
+"""The empirical privacy audit: it attacks the run's own protocol object (plug-ins
+included), its lower bound never exceeds the ledger on an honest protocol, and it
+catches every protocol that adds less noise than its ledger states."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,12 +11,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline import cli
+from pipeline import audit, cli
 from pipeline.accounting import ledger, pvec_tight
 from pipeline.accounting.paper import pvec_analysis_bound
-from pipeline.audit import audit_pvec, audit_shuffle_gaussian
+from pipeline.audit import attack, audit_shuffle_gaussian, audited_call
 from pipeline.protocols import CjmpVec
+from pipeline.protocols.base import RoundPlan
 from pipeline.protocols.cjmp import plan_p1d, plan_pvec, plan_pvec_tight
+
+UNDER_NOISED = "experiments/plugins/under_noised.py"
+SKELLAM = "experiments/plugins/skellam_sum.py"
 
 
 def _exact_epsilon(trials: int, p: float, shift: int, delta: float) -> float:
@@ -35,29 +40,35 @@ def _exact_epsilon(trials: int, p: float, shift: int, delta: float) -> float:
     return high
 
 
+def _attack_pvec(params, trials: int = 20_000) -> float:
+    """The audit's bound on one P_vec (or P_1D) call, run through CjmpVec's object."""
+    plan = RoundPlan(0, 0, params.users, params.epsilon, params.delta, params.norm_bound, "gradients")
+    return attack(audited_call(CjmpVec(params.calibration), plan, params.dim, params=params), params.delta,
+                  trials)["epsilon_lower_bound"]
+
+
 def test_p1d_lower_bound_is_below_the_exact_epsilon_and_lemma_3_1():
     params = plan_p1d(16, 2.0, 15.0, 0.4)  # b_noise = 6: little noise, so the attack gets somewhere
-    found = audit_pvec(params, trials=20_000)
+    found = _attack_pvec(params)
     # The worst-case neighbours move one user's count by exactly g (0 vs g ones).
     exact = _exact_epsilon(params.users * params.b_noise, params.p, params.g, params.delta)
     # Lemma 3.1: standalone P_1D is (ε(1 + 2/g), δ)-DP in the worst case (notes T12).
-    assert 0.0 < found["epsilon_lower_bound"] <= exact <= 15.0 * (1 + 2 / params.g)
+    assert 0.0 < found <= exact <= 15.0 * (1 + 2 / params.g)
     # The attack gets within a factor of the truth, so a ledger under-reporting by more would show.
-    assert found["epsilon_lower_bound"] >= 0.3 * exact, (found["epsilon_lower_bound"], exact)
+    assert found >= 0.3 * exact, (found, exact)
 
 
 def test_pvec_lower_bound_is_below_the_paper_ledger():
     params = plan_pvec(16, 2, 15.0, 0.4, 1.0)
     bound, _ = pvec_analysis_bound(CjmpVec.event(params, 4096))
-    assert audit_pvec(params, trials=20_000)["epsilon_lower_bound"] <= bound
+    assert _attack_pvec(params) <= bound
 
 
 def test_the_audit_catches_a_mechanism_with_too_little_noise():
     honest = plan_pvec(16, 1, 1.0, 0.1, 1.0)  # the ledger claims ε ≈ 0.34 for this call
     broken = dataclasses.replace(honest, b_noise=1, p=0.01)  # the same call with nearly noise-free counts
-    found = audit_pvec(broken, trials=20_000)
     # ln(10000 / ln(40)) ≈ 7.9 is the most 10^4 trials can show at 95%.
-    assert found["epsilon_lower_bound"] > 5.0 > pvec_analysis_bound(CjmpVec.event(honest, 4096))[0]
+    assert _attack_pvec(broken) > 5.0 > pvec_analysis_bound(CjmpVec.event(honest, 4096))[0]
 
 
 @pytest.mark.parametrize("dim,epsilon", [(2, 4.0), (1, 2.0)])
@@ -67,21 +78,124 @@ def test_tight_pvec_lower_bound_is_below_the_tight_ledger_and_near_it(dim, epsil
     ledger that over-claimed its noise, or an attack that lost its power, would fail here."""
     params = plan_pvec_tight(16, dim, epsilon, 0.01, 1.0)
     claimed = pvec_tight.composed_epsilon(ledger.tight_bound(CjmpVec.event(params, 4096)), 1, 0.01)[0]
-    found = audit_pvec(params, trials=20_000)["epsilon_lower_bound"]
+    found = _attack_pvec(params)
     assert 0.45 * claimed <= found <= claimed <= epsilon, (found, claimed)
 
 
+def _config(tmp_path, protocol: str = "cjmp_vec", users: int = 2000, epsilon: float = 1.0, extra: str = "") -> str:
+    path = tmp_path / "audit.yaml"
+    path.write_text(f"problem: {{dim: 1}}\nn_users: {users}\noptimizer: {{name: mean_estimation}}\n"
+                    f"privacy: {{protocol: '{protocol}', epsilon: {epsilon}, delta: 1.0e-6, accounting: tight}}\n"
+                    f"execution: {{backend: local}}\n{extra}")
+    return str(path)
+
+
+def _audit(capsys, path: str, *flags: str) -> tuple[int, dict]:
+    code = cli.main(["audit", path, *flags])
+    out = capsys.readouterr().out
+    return code, (json.loads(out) if code in (0, 1) else {})
+
+
 @pytest.mark.parametrize("accounting", ["paper", "tight"])
-def test_audit_command_reports_both_numbers(tmp_path, capsys, accounting):
+def test_audit_command_reports_the_call_and_the_ledger(tmp_path, capsys, accounting):
     path = tmp_path / "a.yaml"
     path.write_text("problem: {dim: 2}\nn_users: 64\noptimizer: {name: mean_estimation}\n"
                     f"privacy: {{epsilon: 15.0, delta: 0.4, accounting: {accounting}}}\nexecution: {{backend: local}}\n")
-    assert cli.main(["audit", str(path), "--trials", "4000"]) == 0
-    printed = json.loads(capsys.readouterr().out)
-    assert printed["ledger"]["accounting"] == accounting == printed["call"]["calibration"]
+    code, printed = _audit(capsys, str(path), "--trials", "4000")
+    assert code == 0 and printed["passed"]
+    assert printed["ledger"]["accounting"] == accounting == printed["call"]["parameters"]["calibration"]
     assert printed["audit"]["epsilon_lower_bound"] <= printed["ledger"]["epsilon"] <= 15.0
     assert printed["call"]["users"] == 64 and math.isclose(printed["audit"]["confidence"], 0.95)
     assert cli.main(["audit", str(path), "--trials", "5"]) == 2
+
+
+# Each protocol family's honest object, and its copy that adds a hundredth of the noise variance
+# (experiments/plugins): the copy fails the audit at ε = 1, n = 2,000, d = 1; the honest one passes.
+FAMILIES = [
+    ("cjmp_vec", f"{UNDER_NOISED}:UnderNoisedPvec"),
+    ("shuffle_gaussian", f"{UNDER_NOISED}:UnderNoisedShuffleGaussian"),
+    ("girgis_l2", f"{UNDER_NOISED}:UnderNoisedGirgisL2"),
+    (f"{SKELLAM}:SkellamSum", f"{SKELLAM}:UnderNoisedSkellamSum"),
+    ("central_gaussian", f"{UNDER_NOISED}:UnderNoisedGaussian"),
+]
+
+
+@pytest.mark.parametrize("honest,broken", FAMILIES)
+def test_the_audit_fails_each_under_noised_copy_and_passes_the_honest_protocol(tmp_path, capsys, honest, broken):
+    code, found = _audit(capsys, _config(tmp_path, honest), "--trials", "10000")
+    assert code == 0 and found["audit"]["epsilon_lower_bound"] <= found["ledger"]["epsilon"], found
+    code, wrong = _audit(capsys, _config(tmp_path, broken), "--trials", "10000")
+    # The copy's ledger states the honest call's ε: the attack on what it sends goes above it.
+    assert wrong["ledger"]["epsilon"] == pytest.approx(found["ledger"]["epsilon"])
+    assert code == 1 and not wrong["passed"] and wrong["audit"]["epsilon_lower_bound"] > wrong["ledger"]["epsilon"]
+
+
+def test_the_audit_runs_the_runs_sampling_and_literal_mode(tmp_path, capsys):
+    """A Poisson-sampled central Gaussian round (dp_sgd) and a literal-mode P_vec call are run as
+    the engine runs them: both pass, and a sampled under-noised copy still fails."""
+    sampled = ("optimizer: {name: dp_sgd, batch_size: 100, rounds: 20}\n"
+               "privacy: {protocol: central_gaussian, epsilon: 1.0, delta: 1.0e-6, accounting: tight}\n")
+    path = tmp_path / "sampled.yaml"
+    path.write_text(f"problem: {{dim: 1}}\nn_users: 2000\n{sampled}execution: {{backend: local}}\n")
+    code, found = _audit(capsys, str(path), "--trials", "4000")
+    assert code == 0 and found["call"]["sampling"] == "poisson", found["call"]
+    code, _ = _audit(capsys, str(path), "--trials", "4000", "--set", f"privacy.protocol={UNDER_NOISED}:UnderNoisedGaussian",
+                     "--set", "privacy.shrink=100")
+    assert code == 1
+    literal = _config(tmp_path, users=16, epsilon=8.0, extra="")
+    code, found = _audit(capsys, literal, "--trials", "2000", "--set", "execution.simulation=literal")
+    assert code == 0 and found["call"]["simulation"] == "literal"
+
+
+def test_the_bound_is_the_same_in_process_and_on_ray(monkeypatch, ray_session):
+    """Batches are keyed by their first trial: any backend and worker count give the same bound."""
+    monkeypatch.setattr(audit, "BATCH", 700)
+    params = plan_pvec_tight(16, 1, 2.0, 0.01, 1.0)
+    plan = RoundPlan(0, 0, 16, 2.0, 0.01, 1.0, "gradients")
+    call = audited_call(CjmpVec("tight"), plan, 1, params=params)
+    assert attack(call, 0.01, 3000, backend="local") == attack(call, 0.01, 3000, backend="ray")
+
+
+PAIR_REFUSED = '''
+from pipeline.protocols.base import PlanError
+from pipeline.protocols.sums import CentralGaussian
+
+
+class NoPair(CentralGaussian):
+    name = "no_pair"
+
+    def audit_pair(self, round_plan, dim):
+        raise PlanError("problem.dim", "this protocol has no worst case in one dimension")
+
+
+class Silent(CentralGaussian):
+    name = "silent"
+    supports_audit = False
+'''
+
+
+@pytest.mark.parametrize("protocol,field,rule", [
+    ("none", "privacy.protocol = 'none'", "cannot be audited: it is not private"),
+    ("{plugin}:NoPair", "privacy.protocol = 'no_pair'", "refuses the audit's neighbouring pair"),
+    ("{plugin}:Silent", "privacy.protocol = '{plugin}:Silent'", "must say why in `audit_refusal`"),
+])
+def test_an_audit_that_cannot_run_is_one_line_and_exit_2(tmp_path, capsys, protocol, field, rule):
+    plugin = tmp_path / "refusing.py"
+    plugin.write_text(PAIR_REFUSED)
+    protocol, field = protocol.format(plugin=plugin), field.format(plugin=plugin)
+    assert cli.main(["audit", _config(tmp_path, protocol), "--trials", "1000"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert captured.out == "" and len(lines) == 1 and lines[0].startswith(f"config error: {field}")
+    assert rule in lines[0], lines
+
+
+def test_report_noisy_max_says_why_it_cannot_be_audited(tmp_path, capsys):
+    path = tmp_path / "fw.yaml"
+    path.write_text("problem: {name: l1_least_squares, dim: 4}\nn_users: 2000\noptimizer: {name: frank_wolfe_l1}\n"
+                    "privacy: {protocol: report_noisy_max, epsilon: 1.0, delta: 1.0e-6}\nexecution: {backend: local}\n")
+    assert cli.main(["audit", str(path), "--trials", "1000"]) == 2
+    assert "its noise is the optimizer's" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("users,sigma", [(2, 0.5), (10, 0.5)])

@@ -188,6 +188,6 @@ def test_the_planned_ledger_is_the_same_whether_a_calls_parameters_hash_or_not()
 
     unhashable = types.SimpleNamespace(optimizer=job.optimizer, schedule=job.schedule, protocol=Wrapped(),
                                        block_size=job.block_size, unit=job.unit)
-    wrapped = runner._ledger(unhashable, [(r, first, stop, [params]) for r, first, stop, params in records])
+    wrapped = runner.ledger_of(unhashable, [(r, first, stop, [params]) for r, first, stop, params in records])
     assert len(records) > len({params for *_, params in records}) > 1  # 23 rounds, 5 distinct calls
-    assert runner._ledger(job, records).to_dict() == wrapped.to_dict() == planned.ledger.to_dict()
+    assert runner.ledger_of(job, records).to_dict() == wrapped.to_dict() == planned.ledger.to_dict()

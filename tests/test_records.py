@@ -4,6 +4,8 @@ sharding and on both backends (1 to 1,000 records per user), the unit is stated 
 bad input is one line before any work."""
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import math
 from pathlib import Path
@@ -312,7 +314,7 @@ def test_the_audit_of_one_user_changing_all_its_records_stays_below_the_user_lev
     distinguishing attack on the run's P_vec call stays at or below the ledger's ε (95%). The same
     attack on what a user-level bug would send (each record its own message: 5 moved inputs) goes
     above it: the audit can see the bug this test guards against."""
-    from pipeline.audit import audit_pvec
+    from pipeline.audit import AuditedCall, attack
 
     m, users, epsilon = 5, 64, 4.0
     inputs, planned = [], None
@@ -327,13 +329,19 @@ def test_the_audit_of_one_user_changing_all_its_records_stays_below_the_user_lev
         inputs.append(shard._inputs(plan, np.zeros(DIM), slice(plan.first_user, plan.stop_user), 0))
     assert np.array_equal(inputs[0][:, 0], [-1.0, 0, 0]) and np.array_equal(inputs[1][:, 0], [1.0, 0, 0])
     assert np.array_equal(inputs[0][:, 1:], inputs[1][:, 1:])
-    params = planned.job.protocol.plan(planned.job.schedule.plan(0), DIM)
-    spent = planned.ledger.total()[0]
+    protocol, plan = planned.job.protocol, planned.job.schedule.plan(0)
+    params = protocol.plan(plan, DIM)
+    spent, delta = planned.ledger.total()
     assert spent <= epsilon
-    honest = audit_pvec(params, trials=20_000, neighbours=tuple(inputs))["epsilon_lower_bound"]
+
+    def attacked(pair, users):  # the run's own P_vec object on the given pair
+        call = AuditedCall(protocol, plan, DIM, dataclasses.replace(params, users=users), 4096, False, pair)
+        return attack(call, delta, trials=20_000)["epsilon_lower_bound"]
+
+    honest = attacked(tuple(inputs), 16)
     assert honest <= spent, (honest, spent)
     per_record = [np.concatenate([x, np.repeat(x[:, :1], m - 1, axis=1)], axis=1) for x in inputs]
-    bug = audit_pvec(params, trials=20_000, neighbours=tuple(per_record))["epsilon_lower_bound"]
+    bug = attacked(tuple(per_record), 16 + m - 1)
     assert bug > spent, (honest, bug, spent)
 
 

@@ -200,3 +200,21 @@ class SkellamSum(Protocol):
     def sum_mse(self, params: SkellamParams) -> float:
         """d(2μ + n/4)/γ²: the noise's variance plus at most 1/4 per user and coordinate of rounding."""
         return params.dim * (2.0 * params.mu + params.users / 4.0) / params.scale**2
+
+
+class UnderNoisedSkellamSum(SkellamSum):
+    """A deliberately broken copy, for the audit (issue #27): each user adds Sk(μ/(n·shrink²)),
+    so the sum's noise variance is 2μ/shrink², while the event still states μ. Never use it."""
+
+    name = "under_noised_skellam_sum"
+    options: ClassVar[tuple] = SkellamSum.options + (
+        Option("shrink", real(1.0, float("inf"), False, True),
+               "the noise's standard deviation is divided by this (its variance by the square)", 10.0),)
+
+    def __init__(self, accounting: str = "paper", scale: float = 1024.0, shrink: float = 10.0):
+        super().__init__(accounting, scale)
+        self.shrink = shrink
+
+    def encode_block(self, params: SkellamParams, chunks: Iterable[np.ndarray], rng: np.random.Generator,
+                     work=None) -> IntegerSum:
+        return super().encode_block(dataclasses.replace(params, mu=params.mu / self.shrink**2), chunks, rng, work)

@@ -28,7 +28,12 @@ def ship_plugins(job: RunJob) -> None:
     Called wherever the job is pickled again (driver, run task, shard actors):
     a class that arrived by value has no module there, so a stand-in module is
     registered under its name to keep it travelling by value."""
-    for obj in (job.problem.unsmoothed, job.optimizer, job.protocol):
+    ship_by_value((job.problem.unsmoothed, job.optimizer, job.protocol))
+
+
+def ship_by_value(objects) -> None:
+    """Makes the classes of `objects` that are defined outside this package travel by value."""
+    for obj in objects:
         name = type(obj).__module__
         if name.split(".")[0] == __name__.split(".")[0]:
             continue

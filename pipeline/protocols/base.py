@@ -173,7 +173,8 @@ class Protocol(abc.ABC):
       supports_sampling: its events account sampled rounds (uniform, Poisson).
       supports_literal: encode_messages / count_messages materialize every message.
       supports_robust: it plans robust mode's dropouts (RoundPlan.honest_fraction < 1).
-      supports_audit: `python -m pipeline audit` can attack its calls.
+      supports_audit: `python -m pipeline audit` can attack its calls (`audit_pair`,
+        `audit_statistic`); when False, `audit_refusal` says why, and the audit prints it.
       supports_records: its events account record-level privacy when users hold several
         records (RoundPlan.per_record: seed 001's two-level sampling, Lemma 4.3.1).
 
@@ -190,7 +191,8 @@ class Protocol(abc.ABC):
     supports_sampling: ClassVar[bool] = False
     supports_literal: ClassVar[bool] = False
     supports_robust: ClassVar[bool] = False
-    supports_audit: ClassVar[bool] = False
+    supports_audit: ClassVar[bool] = True
+    audit_refusal: ClassVar[str] = ""
     supports_records: ClassVar[bool] = False
 
     def __init__(self, accounting: str = "paper"):
@@ -327,6 +329,51 @@ class Protocol(abc.ABC):
         Raises:
           PlanError: naming the config field to change.
         """
+
+    def audit_pair(self, round_plan: RoundPlan, dim: int) -> tuple[np.ndarray, np.ndarray]:
+        """The worst-case neighbouring inputs the audit attacks a call with (supports_audit).
+
+        The default is the worst case of a sum protocol: user 0 at −Δ₂·e₁ against +Δ₂·e₁, the
+        largest change one user can make, all on one coordinate, and every other user at −Δ₂·e₁
+        too, where a randomizer's rounding of the others is deterministic (P_vec, the Girgis
+        bits). Under Poisson sampling the others sit at 0 instead: their number is random and
+        not released, so anywhere else their count's spread would hide user 0 in the sum.
+        Binary inputs: every user at 0 against user 0 at e₁. A protocol whose worst case is
+        elsewhere overrides this, and `audit_statistic` with it.
+
+        Args:
+          round_plan: the audited round (its population, Δ₂, input kind).
+          dim: d.
+
+        Returns:
+          (base, moved): float64 arrays of shape (d, population) that differ in column 0 only.
+        """
+        binary = BINARY in self.data_kinds and REAL not in self.data_kinds
+        low, high = (0.0, 1.0) if binary else (-round_plan.norm_bound, round_plan.norm_bound)
+        base = np.zeros((dim, round_plan.population))
+        base[0, :] = 0.0 if round_plan.sampling == "poisson" else low
+        base[0, 0] = low
+        moved = base.copy()
+        moved[0, 0] = high
+        return base, moved
+
+    def audit_statistic(self, params: Any, statistic: Any) -> float:
+        """The audit's test statistic of one call's released statistic: larger under `moved`.
+
+        The default is the analyzer's estimate of the coordinate the pair differs in. Where the
+        release is a shift family with a monotone likelihood ratio in that coordinate and
+        independent of the others (P_vec's counts, Gaussian and Skellam sums), it is a monotone
+        function of the likelihood ratio of the two neighbours, so thresholding it is the most
+        powerful test (Neyman–Pearson); elsewhere it is a valid, possibly weaker, statistic.
+
+        Args:
+          params: the call.
+          statistic: `finish`'s (or `count_messages`') output for one run of the call.
+
+        Returns:
+          A float.
+        """
+        return float(self.decode(params, statistic)[0])
 
     def encode_messages(self, params: Any, vectors: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Literal mode: every message of some users, as (labels, bits) (supports_literal only)."""

@@ -500,7 +500,6 @@ class CjmpVec(Protocol):
     model = "shuffle"
     supports_literal = True
     supports_robust = True
-    supports_audit = True
 
     def plan(self, round_plan, dim: int) -> PvecParams:
         """The parameters of one round's call.

@@ -251,6 +251,8 @@ class ExactSum(SumProtocol):
 
     name = "none"
     model = "none"
+    supports_audit = False
+    audit_refusal = "it is not private (its ledger spends ε = ∞): there is no claim to audit"
     capabilities = frozenset({FIXED_NOISE, GAUSSIAN_SUM})
 
     @staticmethod
@@ -326,6 +328,9 @@ class ReportNoisyMax(SumProtocol):
     model = "central"
     capabilities = frozenset({FIXED_NOISE, NOISY_MAX})
     supports_sampling = False
+    supports_audit = False
+    audit_refusal = ("its noise is the optimizer's (frank_wolfe_l1 draws the report-noisy-max selections), "
+                     "so a call of the protocol alone releases nothing private to attack")
 
     @staticmethod
     def _event(params: SumParams) -> privacy.events.NoisyMaxDpEvent:
