@@ -336,7 +336,8 @@ def _noise_variance(g: int, users: int, b_noise: int, p: float) -> float:
 
 def _cjmp_vec(args) -> dict:
     from pipeline.accounting import paper, pvec_tight
-    from pipeline.protocols import cjmp
+    from pipeline.protocols import build_protocol
+    from pipeline.protocols.base import GRADIENTS, RoundPlan
 
     n, d = _n(args, 1), _int(args, "--d", 1, MAX_D, why=SIZE_REASON)
     epsilon, delta, rounds = _real(args, "--epsilon", 0.0), _delta(args), _rounds(args)
@@ -364,7 +365,9 @@ def _cjmp_vec(args) -> dict:
                         f"T = {rounds} calls by advanced composition; each call by Theorem 3.2 (plan_pvec) at (ε0, δ0)")
     paper_out: dict = {"epsilon_per_call": paper_target[0], "delta_per_call": paper_target[1], "method": paper_method}
     try:
-        params = cjmp.plan_pvec(n, d, float(paper_target[0]), float(paper_target[1]), 1.0)
+        # The paper-mode P_vec call through the protocol's contract (Theorem 3.2's plan at that budget).
+        call = RoundPlan(0, 0, n, float(paper_target[0]), float(paper_target[1]), 1.0, GRADIENTS)
+        params = build_protocol("cjmp_vec", "paper").plan(call, d)
     except ValueError as error:
         paper_out["error"] = str(error)
     else:

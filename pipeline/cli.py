@@ -32,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     audit = commands.add_parser("audit", help="empirical lower bound on the ε of a config's first protocol call (any protocol that supports_audit); exit 1 if above the ledger")
     audit.add_argument("config", help="the experiment YAML (its first grid point is audited)")
     audit.add_argument("--trials", default="20000", help=f"runs per neighbouring dataset, 100 to {MAX_TRIALS:.0e}")
+    audit.add_argument("--seed", default="0", help="the attack's randomness (0 to 2^32 - 1)")
     audit.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     audit.add_argument("--lower-bound", action="store_true",
                        help="instead: run the optimizer on the matching hard instance and fail (exit 1) if its mean "
@@ -132,9 +133,13 @@ def _audit(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise ConfigError("--trials", args.trials,
                           f"{err} (each trial runs the protocol once per neighbour; the default is 20000)") from None
+    try:
+        seed = integer(0, 2**32 - 1)(args.seed)
+    except ValueError as err:
+        raise ConfigError("--seed", args.seed, str(err)) from None
     with contextlib.redirect_stdout(sys.stderr):  # stdout is the JSON alone, whatever a plug-in prints
         planned = runner.plan_run(config.expand(config.read_config(args.config, args.overrides))[0])
-        found = audit.audit_run(planned, trials)
+        found = audit.audit_run(planned, trials, seed)
     print(json.dumps(found, indent=2, ensure_ascii=False))
     # A lower bound above the ledger would mean the ledger under-reports.
     return EXIT_OK if found["passed"] else EXIT_RUNS_FAILED
