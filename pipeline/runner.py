@@ -67,6 +67,8 @@ def ledger_of(job: engine.RunJob, records: Iterable[tuple[int, int, int, object]
 
 
 PLUGIN_FIELDS = {"optimizer": "optimizer.name", "problem": "problem.name", "protocol": "privacy.protocol"}
+# Seconds of a run before its first note of progress, and between two notes.
+RUN_NOTE_S = 5.0
 # Seconds between two notes of planning's progress.
 PLANNING_NOTE_S = 5.0
 # The attempt id of a run whose MLflow run could not be created (runs.parquet's mlflow_run_id).
@@ -609,13 +611,18 @@ def execute_run(planned: PlannedRun, tracker: MlflowTracker, store: ParquetStore
         raise
 
 
+def _clock(seconds: float) -> str:
+    """mm:ss, or --:-- for an unknown time."""
+    return "--:--" if seconds != seconds else f"{int(seconds // 60):02d}:{int(seconds % 60):02d}"
+
+
 def _progress(done: int, total: int, failed: int, elapsed: float) -> str:
     """A text progress bar with an ETA from the mean time per run so far."""
     width = 24
     filled = width * done // max(total, 1)
     eta = elapsed / done * (total - done) if done else float("nan")
-    clock = lambda s: "--:--" if s != s else f"{int(s // 60):02d}:{int(s % 60):02d}"  # noqa: E731
-    return f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} ({failed} failed) elapsed {clock(elapsed)} ETA {clock(eta)}"
+    return (f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} ({failed} failed) elapsed {_clock(elapsed)} "
+            f"ETA {_clock(eta)}")
 
 
 class Terminated(KeyboardInterrupt):
@@ -713,7 +720,7 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
             done.add(item.config.run_id)  # a repeated run in the grid runs once
     if summary.skipped:
         say(f"{len(summary.skipped)} runs already finished, skipped")
-    executor = engine.executor(first["execution.backend"])
+    executor = engine.executor(first["execution.backend"], _RunProgress(say))
     say(engine.describe_backend(first["execution.backend"]))  # which Ray: a cluster only if RAY_ADDRESS names it
     started: dict[str, tuple[PlannedRun, str, float, datetime.datetime]] = {}
     began = time.perf_counter()
@@ -766,7 +773,31 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
         for item, mlflow_run_id, run_began, started_at in started.values():
             fail_run(item, time.perf_counter() - run_began, mlflow_run_id, started_at, tracker, store, stop)
         raise
+    finally:
+        executor.close()
     return summary
+
+
+class _RunProgress:
+    """Says how far a long run got (rounds done, rate, ETA): first after RUN_NOTE_S seconds of
+    the run, then every RUN_NOTE_S seconds, so that short runs stay one line each.
+
+    Args:
+      say: where the lines go.
+    """
+
+    def __init__(self, say: Callable[[str], None]):
+        self.say = say
+        self._noted: dict = {}  # run id → the run's seconds at its last line
+
+    def __call__(self, run_id: str, done: int, total: int, seconds: float) -> None:
+        if seconds - self._noted.get(run_id, 0.0) < RUN_NOTE_S or done >= total:
+            return
+        self._noted[run_id] = seconds
+        rate = done / seconds
+        eta = (total - done) / rate if rate > 0 else float("nan")
+        self.say(f"  {run_id}: round {done:,} of {total:,} ({done / total:.0%}), {rate:,.0f} rounds/s, "
+                 f"ETA {_clock(eta)}")
 
 
 def plan_all(runs: list[RunConfig], say: Callable[[str], None]) -> list[PlannedRun]:

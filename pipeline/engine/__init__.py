@@ -3,7 +3,7 @@ layer that imports ray; shared/DESIGN.md §2)."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from pipeline.engine.job import EXACT, LITERAL, SIMULATIONS, RunJob
 from pipeline.engine.rounds import RoundRecord, RoundRecords
@@ -11,11 +11,20 @@ from pipeline.engine.rounds import RoundRecord, RoundRecords
 BACKENDS = ("ray", "local")
 
 
-class LocalExecutor:
-    """Runs jobs one at a time, in process, when the driver asks for the next."""
+# (run key, rounds done, rounds in the run, seconds since the run began) → None.
+RunProgress = Callable[[Any, int, int, float], None]
 
-    def __init__(self):
+
+class LocalExecutor:
+    """Runs jobs one at a time, in process, when the driver asks for the next.
+
+    Args:
+      progress: told how far the run in progress got, about once a second.
+    """
+
+    def __init__(self, progress: RunProgress | None = None):
         self._queue: list = []
+        self._progress = progress
 
     def capacity(self) -> int:
         return 1
@@ -26,8 +35,10 @@ class LocalExecutor:
     def next_done(self):
         key, job, shards = self._queue.pop(0)
         began = time.perf_counter()
+        told = None if self._progress is None else (
+            lambda done, total: self._progress(key, done, total, time.perf_counter() - began))
         try:
-            return key, (*execute(job, "local", shards), time.perf_counter() - began)
+            return key, (*execute(job, "local", shards, told), time.perf_counter() - began)
         except Exception as err:  # reported for that run only
             return key, err
 
@@ -37,14 +48,18 @@ class LocalExecutor:
     def cancel(self) -> None:
         self._queue.clear()
 
+    def close(self) -> None:
+        """Nothing to release in process."""
 
-def executor(backend: str):
-    """A LocalExecutor, or a RayExecutor that runs grid points concurrently."""
+
+def executor(backend: str, progress: RunProgress | None = None):
+    """A LocalExecutor, or a RayExecutor that runs grid points concurrently; either tells
+    `progress` how far each run in progress got, about once a second."""
     if backend == "ray":
         from pipeline.engine.ray_pool import RayExecutor
 
-        return RayExecutor()
-    return LocalExecutor()
+        return RayExecutor(progress)
+    return LocalExecutor(progress)
 
 
 def describe_backend(backend: str) -> str:
@@ -65,13 +80,15 @@ def describe_backend(backend: str) -> str:
     return "in process, one run at a time (execution.backend: local)"
 
 
-def execute(job: RunJob, backend: str, shards: int) -> tuple[Any, RoundRecords]:
+def execute(job: RunJob, backend: str, shards: int,
+            progress: Callable[[int, int], None] | None = None) -> tuple[Any, RoundRecords]:
     """Runs a job to completion.
 
     Args:
       job: the run.
       backend: "ray" or "local" (bit-identical results).
       shards: the number of shards (results do not depend on it).
+      progress: told (rounds done, rounds) about once a second.
 
     Returns:
       (final optimizer state, one record per round).
@@ -82,7 +99,7 @@ def execute(job: RunJob, backend: str, shards: int) -> tuple[Any, RoundRecords]:
         from pipeline.engine.local import LocalPool as Pool
     pool = Pool(job, shards)
     try:
-        return pool.run()
+        return pool.run(progress)
     finally:
         pool.close()
 

@@ -4,7 +4,8 @@ and how the statistic of a fanned-out round is gathered (shared/DESIGN.md §2)."
 from __future__ import annotations
 
 import abc
-from typing import Any
+import time
+from typing import Any, Callable
 
 import numpy as np
 
@@ -15,6 +16,10 @@ from pipeline.engine.rounds import RoundRecords, execute_rounds
 from pipeline.protocols.base import RoundPlan
 
 Messages = tuple[np.ndarray, np.ndarray]
+# (rounds done, rounds in the run) → None: told about once a PROGRESS_S while a run goes on.
+Progress = Callable[[int, int], None]
+PROGRESS_S = 1.0
+FIRST_CARRY = 1024  # rounds of the first carried trip to a shard; later trips last about PROGRESS_S
 
 
 class ShardPool(abc.ABC):
@@ -80,11 +85,16 @@ class ShardPool(abc.ABC):
         bits = np.concatenate([part[1] for part in shuffled])
         return protocol.count_messages(params, labels, bits)
 
-    def run(self) -> tuple[Any, RoundRecords]:
+    def run(self, progress: Progress | None = None) -> tuple[Any, RoundRecords]:
         """Runs every round of the job.
 
         Consecutive rounds whose users all live in one shard run there (exact
-        mode), so sequential protocols pay one trip per shard, not per round.
+        mode), so sequential protocols pay one trip per about PROGRESS_S seconds of
+        rounds, not one per round. Rounds are pure functions of (state, round), so
+        where the trips end changes nothing in the results.
+
+        Args:
+          progress: told (rounds done, rounds) about once a PROGRESS_S seconds.
 
         Returns:
           (final optimizer state, one record per round).
@@ -92,18 +102,26 @@ class ShardPool(abc.ABC):
         schedule = self.job.schedule
         state = self.job.optimizer.start(self.job.seed)
         records = RoundRecords()
-        start = 0
+        start, carry = 0, FIRST_CARRY
+        noted = time.perf_counter()
         while start < schedule.rounds:
             owner = self.owner(schedule.plan(start)) if self.job.simulation == EXACT else None
             stop = start + 1
             if owner is None:
                 state, batch = execute_rounds(self.job, state, start, stop, self.collect)
             else:
-                while stop < schedule.rounds and self.owner(schedule.plan(stop)) == owner:
+                last = min(schedule.rounds, start + carry)
+                while stop < last and self.owner(schedule.plan(stop)) == owner:
                     stop += 1
+                began = time.perf_counter()
                 state, batch = self.run_rounds(owner, state, start, stop)
+                # The next trip lasts about PROGRESS_S at this trip's rate.
+                carry = max(FIRST_CARRY, int((stop - start) * PROGRESS_S / max(time.perf_counter() - began, 1e-6)))
             records.extend(batch)
             start = stop
+            if progress is not None and time.perf_counter() - noted >= PROGRESS_S:
+                noted = time.perf_counter()
+                progress(start, schedule.rounds)
         if not self.job.problem.exact_loss:  # a dataset: its metrics are sums over the shards' rows
             records = evaluation.measure(self, records)
         return state, records

@@ -11,6 +11,7 @@ import types
 
 import ray
 from ray import cloudpickle
+from ray.util.queue import Queue
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -248,8 +249,13 @@ class RayPool(ShardPool):
 
 
 @ray.remote(num_cpus=0, max_retries=0)  # a failed run is redone by a rerun, not behind the driver's back
-def _execute(job: RunJob, shards: int):
+def _execute(job: RunJob, shards: int, key=None, progress: Queue | None = None):
     """A whole run as one task; its shard actors hold the CPUs.
+
+    Args:
+      job, shards: the run.
+      key: the run's key, sent with its progress.
+      progress: where (key, rounds done, rounds, seconds) go, about once a second.
 
     Returns:
       (state, records, seconds), the seconds counted from when the run's
@@ -257,18 +263,27 @@ def _execute(job: RunJob, shards: int):
     """
     pool = RayPool(job, shards)
     began = time.perf_counter()
+    told = None if progress is None else (
+        lambda done, total: progress.put_nowait((key, done, total, time.perf_counter() - began)))
     try:
-        return (*pool.run(), time.perf_counter() - began)
+        return (*pool.run(told), time.perf_counter() - began)
     finally:
         pool.close()
 
 
 class RayExecutor:
-    """Runs jobs concurrently on the cluster, each as one task."""
+    """Runs jobs concurrently on the cluster, each as one task.
 
-    def __init__(self):
+    Args:
+      progress: told how far each run in flight got; the runs send it through a queue
+        actor that the driver drains while it waits.
+    """
+
+    def __init__(self, progress=None):
         ensure_ray()
         self._pending: dict = {}
+        self._progress = progress
+        self._queue = None if progress is None else Queue(actor_options={"num_cpus": 0})
 
     def capacity(self) -> int:
         """How many runs to keep in flight: the cluster's CPUs, at least 2."""
@@ -276,11 +291,19 @@ class RayExecutor:
 
     def submit(self, key, job: RunJob, shards: int) -> None:
         ship_plugins(job)
-        self._pending[_execute.remote(job, shards)] = key
+        self._pending[_execute.remote(job, shards, key, self._queue)] = key
 
     def next_done(self):
-        """Waits for a run: (key, (state, records, seconds)) or (key, the exception)."""
-        (ref,), _ = ray.wait(list(self._pending), num_returns=1)
+        """Waits for a run: (key, (state, records, seconds)) or (key, the exception); meanwhile
+        passes the runs' progress on."""
+        while True:
+            ready, _ = ray.wait(list(self._pending), num_returns=1, timeout=None if self._queue is None else 0.5)
+            if self._queue is not None:
+                for told in self._queue.get_nowait_batch(self._queue.qsize()):
+                    self._progress(*told)
+            if ready:
+                break
+        ref = ready[0]
         key = self._pending.pop(ref)
         try:
             return key, ray.get(ref)
@@ -294,3 +317,9 @@ class RayExecutor:
         for ref in self._pending:
             ray.cancel(ref, force=True)
         self._pending.clear()
+
+    def close(self) -> None:
+        """Ends the progress queue's actor (a process of its own)."""
+        if self._queue is not None:
+            self._queue.shutdown(force=True)
+            self._queue = None

@@ -1,0 +1,70 @@
+"""Progress within a run: carried rounds travel in trips of about a second, which
+changes nothing in the results, and a long run says how far it got (rounds, rate,
+ETA) on both backends."""
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline import cli, engine, runner
+from pipeline.engine import pool
+from pipeline.engine.local import LocalPool
+from pipeline.optimizers import SeqSGD
+from pipeline.problems import Quadratic
+from pipeline.protocols import CjmpVec
+
+PROBLEM = Quadratic(dim=3, radius=1.0)
+
+
+def _seq_sgd_job(n: int = 3000, batch_size: int = 2) -> engine.RunJob:
+    optimizer = SeqSGD.from_config(PROBLEM, n, 2.0, 1e-5, batch_size=batch_size)
+    return engine.RunJob(PROBLEM, optimizer, CjmpVec("paper"), 7, n, 128)
+
+
+def _columns(records) -> tuple[np.ndarray, ...]:
+    return tuple(np.array([getattr(r, name) for r in records]) for name in ("round", "users", "excess_loss"))
+
+
+def test_carried_rounds_in_short_trips_are_bit_identical_and_report_progress(monkeypatch):
+    job = _seq_sgd_job()
+    whole_state, whole = LocalPool(job, 2).run()  # 1,500 rounds: two trips, one per shard
+    monkeypatch.setattr(pool, "FIRST_CARRY", 7)  # trips of 7 rounds: hundreds of trips
+    monkeypatch.setattr(pool, "PROGRESS_S", 0.0)  # told after every trip
+    trips = []
+    state, records = LocalPool(job, 2).run(lambda done, total: trips.append((done, total)))
+    for got, expected in zip(_columns(records), _columns(whole)):
+        assert np.array_equal(got, expected)
+    assert np.array_equal(job.optimizer.output(state), job.optimizer.output(whole_state))
+    done = [d for d, _ in trips]
+    assert len(trips) > 100 and done == sorted(set(done)) and done[-1] == 1500 and {t for _, t in trips} == {1500}
+    # Every trip stays within one shard: none crosses the shard boundary at user 1,536 (round 768).
+    assert 768 in done
+
+
+def test_a_long_run_says_how_far_it_got_through_the_public_command(tmp_path, capsys, monkeypatch, new_mlflow_store):
+    monkeypatch.setattr(pool, "PROGRESS_S", 0.0)
+    monkeypatch.setattr(runner, "RUN_NOTE_S", 0.0)
+    config = tmp_path / "long.yaml"
+    config.write_text("problem: {name: quadratic, dim: 3}\nn_users: 20000\noptimizer: {name: seq_sgd, batch_size: 2}\n"
+                      "privacy: {epsilon: 2.0, delta: 1.0e-5}\nexecution: {backend: local}\n"
+                      f"tracking: {{mlflow_uri: '{new_mlflow_store(tmp_path / 'mlflow.db')}', out: '{tmp_path / 'out'}'}}\n")
+    assert cli.main(["run", str(config)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if " of 10,000 (" in line]
+    assert lines, "no progress line"
+    first = lines[0].split()
+    assert first[1] == "round" and first[5].endswith("%),") and first[7] == "rounds/s," and first[8] == "ETA"
+    assert int(first[2].replace(",", "")) < 10_000
+
+
+def test_ray_runs_send_their_progress_to_the_driver(ray_session):
+    """A run in a Ray task reports through the executor's queue while the driver waits."""
+    told = []
+    executor = engine.executor("ray", lambda *progress: told.append(progress))
+    try:
+        job = _seq_sgd_job(n=100_000, batch_size=2)  # 50,000 rounds: a few seconds, past the engine's 1 s trips
+        executor.submit("the-run", job, 1)
+        key, outcome = executor.next_done()
+    finally:
+        executor.close()
+    assert key == "the-run" and not isinstance(outcome, BaseException)
+    assert told and all(run == "the-run" and 0 < done <= total == 50_000 and seconds > 0
+                        for run, done, total, seconds in told)
