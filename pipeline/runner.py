@@ -156,6 +156,7 @@ def _plan_run(run: RunConfig) -> PlannedRun:
     job = engine.RunJob(optimizer.problem, optimizer, protocol, run.seed, run["n_users"],
                         run["execution.block_size"], run["execution.simulation"], run["privacy.honest_fraction"] or 1.0,
                         **records, **_records_per_round(run, optimizer, records))
+    _check_memory(run, job)
     schedule = job.schedule
     if schedule.rounds > MAX_ROUNDS:  # planning below visits every round: refuse before it starts
         field = next((f for f in ("optimizer.rounds", "optimizer.batch_size") if run[f] is not None), "n_users")
@@ -289,14 +290,19 @@ def memory_bytes(root: Path = Path("/")) -> int | None:
     return min(limits)
 
 
-def _check_memory(run: RunConfig) -> None:
+def _check_memory(run: RunConfig, job: engine.RunJob | None = None) -> None:
     """Refuses a run whose users' data cannot fit in memory (DESIGN: users live in their shard).
 
     A shard holds its users' data as float64 (d, records): 8·d bytes per record. Within
     MEMORY_MARGIN of the limit, with PROCESS_BYTES for each process: one block must fit, and
     so must every user one process holds (all of them on the local backend, one shard's on
     Ray), and on a Ray instance this machine starts every shard and the driver together (on a
-    cluster, RAY_ADDRESS, the shards are spread over nodes: one shard is checked).
+    cluster, RAY_ADDRESS, the shards are spread over nodes: one shard is checked). A run whose
+    shards draw each block's users when asked (engine.drawn_per_block) holds one block a process.
+
+    Args:
+      run: the run.
+      job: its job, once built (None: only the block is checked, before any work).
 
     Raises:
       ConfigError: naming problem.dim (one block does not fit) or n_users, with the bytes
@@ -308,10 +314,13 @@ def _check_memory(run: RunConfig) -> None:
     d, n, shards = run["problem.dim"], run["n_users"], run["execution.shards"]
     d *= parse_records_per_user(run["problem.records_per_user"]).mean  # bytes per user: d floats per record
     local = run["execution.backend"] == "local"
-    checks = [("problem.dim", min(run["execution.block_size"], n), 1, "one block of"),
-              ("n_users", n if local else -(-n // shards), 1, "one process holding")]
-    if not local and not os.environ.get("RAY_ADDRESS"):
-        checks.append(("n_users", n, shards + 1, f"this machine's {shards} shard processes and driver holding"))
+    block = min(run["execution.block_size"], n)
+    checks = [("problem.dim", block, 1, "one block of")]
+    if job is not None:
+        held = (block, block) if engine.drawn_per_block(job) else (n if local else -(-n // shards), n)
+        checks.append(("n_users", held[0], 1, "one process holding"))
+        if not local and not os.environ.get("RAY_ADDRESS"):
+            checks.append(("n_users", held[1], shards + 1, f"this machine's {shards} shard processes and driver holding"))
     budget = MEMORY_MARGIN * memory
     # One block too large is the dimension's fault; too many users held at once, n's.
     for field, users, processes, what in checks:

@@ -163,10 +163,12 @@ def test_users_send_the_gradient_of_their_phase_envelope():
     betas = sorted({plan.smoothing for plan in plans})
     assert len(betas) == len(job.optimizer.phases) and betas[0] > 0  # one β per phase, re-smoothed
     shard, theta = Shard(job, 0, job.layout.n_blocks), np.array([0.2, -0.1, 0.3])
+    data = np.concatenate([shard._draw(block) for block in range(job.layout.n_blocks)], axis=1)  # every user
     for plan in (plans[0], plans[-1]):
-        users = slice(plan.first_user, plan.stop_user)
-        expected = MoreauSmoothed(base, plan.smoothing).gradients(theta, shard.data[:, users])
-        assert np.array_equal(shard._inputs(plan, theta, users, 0), expected)
+        block = plan.first_user // job.block_size  # the round's users in its first block
+        users = slice(plan.first_user, min(plan.stop_user, job.layout.block_users(block)[1]))
+        expected = MoreauSmoothed(base, plan.smoothing).gradients(theta, data[:, users])
+        assert np.array_equal(shard._inputs(plan, theta, users, block), expected)
 
 
 def test_analyzer_and_optimizer_receive_only_the_protocol_statistic(monkeypatch):

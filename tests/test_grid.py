@@ -81,12 +81,12 @@ def test_an_interrupt_swallowed_during_a_run_still_stops_the_grid(tmp_path, monk
                                                    f"tracking.mlflow_uri={new_mlflow_store(tmp_path / 'mlflow.db')}"]))
     execute = engine.execute
 
-    def swallowing(job, backend, shards):
+    def swallowing(job, backend, shards, progress=None):
         try:
             signal.raise_signal(signal.SIGINT)  # Ctrl-C lands where something ignores it
         except KeyboardInterrupt:
             pass
-        return execute(job, backend, shards)
+        return execute(job, backend, shards, progress)
 
     monkeypatch.setattr(engine, "execute", swallowing)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal

@@ -38,9 +38,11 @@ def test_rlimit_as_bounds_the_memory(tmp_path, monkeypatch):
     assert runner.memory_bytes(tmp_path) == GIB
 
 
-def _ledger(tmp_path, capsys, n: int, backend: str, shards: int = 1) -> tuple[int, list[str]]:
-    tree = {"problem": {"name": "quadratic", "dim": 3, "radius": 1.0}, "n_users": n,
-            "optimizer": {"name": "seq_sgd", "batch_size": max(1, n // 1000)},
+def _ledger(tmp_path, capsys, n: int, backend: str, shards: int = 1, sequential: bool = False) -> tuple[int, list[str]]:
+    """`ledger` on a fully interactive run (full_gd holds its users for the run), or a sequential one
+    (seq_sgd: its shards draw each block's users when a round asks for them)."""
+    optimizer = {"name": "seq_sgd", "batch_size": max(1, n // 1000)} if sequential else {"name": "full_gd", "rounds": 2}
+    tree = {"problem": {"name": "quadratic", "dim": 3, "radius": 1.0}, "n_users": n, "optimizer": optimizer,
             "execution": {"backend": backend, "shards": shards, "block_size": 4096}}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(tree))
@@ -59,6 +61,8 @@ def test_a_run_needing_3_gb_in_a_1_5_gib_cgroup_is_refused_with_the_numbers(tmp_
     assert lines[0].startswith("config error: n_users = 125000000: one process holding 125000000 users: their data")
     # 1.25·10⁸ × 3 × 8 bytes = 2.79 GiB, and 0.25 GiB for the process.
     assert "take 3.04 GiB, more than 80% of the 1.5 GiB" in lines[0], lines[0]
+    # Sequential SGD asks each user once: its shards hold one block of users at a time, so it fits.
+    assert _ledger(tmp_path, capsys, 125_000_000, "local", sequential=True)[0] == 0
 
 
 @pytest.mark.parametrize("n, backend, shards, refused", [

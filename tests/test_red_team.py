@@ -303,13 +303,13 @@ def test_sigterm_is_handled_like_ctrl_c_and_exits_143(tmp_path, monkeypatch, cap
     path = _config(tmp_path, SMALL.replace("redteam", experiment).replace("seeds: [5]", "seeds: [5, 6]"))
     execute = engine.execute
 
-    def terminated(job, backend, shards):  # Slurm, Kubernetes or `ray job stop` during the first run
+    def terminated(job, backend, shards, progress=None):  # Slurm, Kubernetes or `ray job stop` during the first run
         try:
             signal.raise_signal(signal.SIGTERM)
         except KeyboardInterrupt:
             if not swallowed:
                 raise
-        return execute(job, backend, shards)
+        return execute(job, backend, shards, progress)
 
     monkeypatch.setattr(engine, "execute", terminated)
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 from pipeline.engine.job import EXACT, LITERAL, SIMULATIONS, RunJob
 from pipeline.engine.rounds import RoundRecord, RoundRecords
+from pipeline.engine.shard import drawn_per_block
 
 BACKENDS = ("ray", "local")
 
@@ -105,4 +106,4 @@ def execute(job: RunJob, backend: str, shards: int,
 
 
 __all__ = ["BACKENDS", "EXACT", "LITERAL", "SIMULATIONS", "LocalExecutor", "RoundRecord", "RoundRecords", "RunJob",
-           "describe_backend", "execute", "executor"]
+           "describe_backend", "drawn_per_block", "execute", "executor"]

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.accounting.compositions import SEQUENTIAL
 from pipeline.engine.job import RunJob
 from pipeline.engine.layout import (DATA_STREAM, NOISE_STREAM, PERMUTE_STREAM, RECORD_STREAM, RECORDS_STREAM,
                                     ROUND_STREAM, SCATTER_STREAM, Streams, sampled_users)
@@ -24,6 +25,15 @@ CHUNK_ELEMENTS = 1 << 16
 def chunk_users(dim: int) -> int:
     """Users per chunk for dimension d."""
     return max(1, CHUNK_ELEMENTS // dim)
+
+
+def drawn_per_block(job: RunJob) -> bool:
+    """Whether a run's shards draw each block's users when a round asks for them instead of
+    holding every user for the run: synthetic users with one record each, in a schedule
+    that asks each user once (SEQUENTIAL: disjoint batches), so memory is one block, not n.
+    Fully interactive runs ask every user every round and keep holding them."""
+    return (not job.problem.reads_rows and job.records.one_each
+            and job.schedule.composition == SEQUENTIAL)
 
 
 class Shard:
@@ -50,14 +60,15 @@ class Shard:
             self.data, counts = job.problem.read_user_records(job.n_users, self.first_user, self.stop_user)
             if counts is not None:
                 self.offsets = offsets_of(counts)
+        elif drawn_per_block(job):
+            self.data = None  # each block's users are drawn when a round asks for them (_block_data)
         elif job.records.one_each:
             # Each block's data come from its own stream: the same whatever the sharding.
             # Filled block by block: peak memory is the data plus one block.
             self.data = np.empty((job.problem.data_dim, self.stop_user - self.first_user))
             for block in self.blocks:
                 first, stop = layout.block_users(block)
-                self.data[:, first - self.first_user: stop - self.first_user] = job.problem.sample(
-                    self.streams(DATA_STREAM, block), stop - first)
+                self.data[:, first - self.first_user: stop - self.first_user] = self._draw(block)
         else:  # each block's users' record counts, then their records, from the block's own streams
             counts = []
             for block in self.blocks:
@@ -80,9 +91,25 @@ class Shard:
         self._buffer = np.empty(self.dim * self._step)
         self._work = job.protocol.workspace(self._step, self.dim)
 
+        self._drawn: tuple[int, np.ndarray] | None = None  # (block, its users' data): the block drawn last
+
     def users(self) -> int:
         """How many users this shard holds (also a readiness probe for actors)."""
         return self.stop_user - self.first_user
+
+    def _draw(self, block: int) -> np.ndarray:
+        """A block's users' data, from the block's own stream: the same whenever and wherever drawn."""
+        first, stop = self.job.layout.block_users(block)
+        return self.job.problem.sample(self.streams(DATA_STREAM, block), stop - first)
+
+    def _block_data(self, block: int) -> tuple[np.ndarray, int]:
+        """The data holding a block's users, and the shard position of its first column: the
+        shard's data (held for the run), or the block's alone, drawn now (drawn_per_block)."""
+        if self.data is not None:
+            return self.data, 0
+        if self._drawn is None or self._drawn[0] != block:
+            self._drawn = (block, self._draw(block))
+        return self._drawn[1], self.job.layout.block_users(block)[0] - self.first_user
 
     def _input_chunks(self, plan: RoundPlan, theta: np.ndarray, users: slice | np.ndarray, block: int):
         """The inputs of some of this block's users (a slice of shard positions, or their
@@ -100,10 +127,11 @@ class Shard:
             return
         contiguous = isinstance(users, slice)
         first, stop = (users.start, users.stop) if contiguous else (0, users.size)
+        held, offset = self._block_data(block)
         for low in range(first, stop, self._step):
             high = min(low + self._step, stop)
-            # A slice stays a view of the shard's data; sampled positions are gathered.
-            data = self.data[:, low:high] if contiguous else self.data[:, users[low:high]]
+            # A slice stays a view of the held data; sampled positions are gathered.
+            data = held[:, low - offset: high - offset] if contiguous else held[:, users[low:high] - offset]
             out = self._buffer[: self.dim * (high - low)].reshape(self.dim, high - low)
             yield self._compute(plan, problem, theta, data, out, lambda: np.arange(low, high) if contiguous else users[low:high])
 
