@@ -1,6 +1,9 @@
 """`python -m pipeline audit CONFIG --lower-bound`: runs a config's optimizer on the
 matching lower-bound instance (pipeline/problems/hard.py) and checks its excess
-loss against the certified bound that no (ε, δ)-DP algorithm can beat.
+loss against the certified bound that no (ε, δ)-DP algorithm can beat: the
+larger of the instance's closed form and its linear programs' minimax bounds
+(pipeline/problems/minimax.py); the report names which (`bound_method`) and
+gives the closed form beside it.
 
 The bound holds for the excess loss averaged over the vertex v uniform on
 {±1}^d, so each seed runs on its own uniformly drawn vertex; the mean over
@@ -73,7 +76,8 @@ def audit_lower_bound(run: config.RunConfig, seeds: int, instance: str | None = 
       instance: the hard instance (default: matching_instance).
 
     Returns:
-      {instance, lower_bound, mean, standard_error, runs, ratio, passed, ...}.
+      {instance, lower_bound, bound_method (which bound: an LP's or the closed form),
+      closed_form_bound, mean, standard_error, runs, ratio, passed, ...}.
 
     Raises:
       ConfigError: the instance refuses the run (its rules), before any run starts.
@@ -100,6 +104,7 @@ def audit_lower_bound(run: config.RunConfig, seeds: int, instance: str | None = 
         "instance": instance, "dim": dim, "n_users": run["n_users"], "epsilon": run["privacy.epsilon"],
         "delta": run["privacy.delta"], "optimizer": run["optimizer.name"], "protocol": run["privacy.protocol"],
         "accounting": run["privacy.accounting"], "flips": problem.flips_used, "lower_bound": bound,
+        "bound_method": problem.lower_bound_method, "closed_form_bound": problem.closed_form_bound,
         "runs": seeds, "mean_excess_loss": mean, "standard_error": error,
         "ratio_to_bound": mean / bound, "passed": bool(mean - error >= bound),
         "rule": "fails when mean − SE < the certified lower bound",
