@@ -195,8 +195,8 @@ class RayPool(ShardPool):
                 ).remote(job, first, stop, heldout)  # the job is small: inline, so a restart never loses it
                 for index, ((first, stop), heldout) in enumerate(zip(self.shard_blocks, self.heldout_blocks))
             ]
-            # Wait for every actor to have generated its users, so a failure in
-            # data generation surfaces here and rounds time only rounds.
+            # Wait for every actor to have generated (or read) the users it holds, so a failure
+            # there surfaces here; a sequential run's shards draw each block when its round asks.
             ray.get([actor.users.remote() for actor in self.actors])
             self._fanouts = 0
             self.compiled_round = CompiledRound(self.actors) if COMPILED and job.simulation == EXACT else None
