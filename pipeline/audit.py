@@ -113,17 +113,31 @@ def _answering(plan: RoundPlan, rng: np.random.Generator) -> np.ndarray | None:
     return None
 
 
-def _release(call: AuditedCall, inputs: np.ndarray, rng: np.random.Generator, work: Any) -> Any:
-    """One run of the call on some users' inputs: the analyzer's statistic, as the engine makes it."""
+def _release(call: AuditedCall, inputs: np.ndarray, chosen: np.ndarray | None, rng: np.random.Generator,
+             work: Any) -> Any:
+    """One run of the call, as the engine makes it: the analyzer's statistic.
+
+    Args:
+      call: the call.
+      inputs: one neighbour's inputs, (d, population).
+      chosen: the sorted positions of the users who answer (None: all of them).
+      rng: the trial's generator.
+      work: the protocol's workspace.
+    """
     protocol, params = call.protocol, call.params
     if call.literal:
-        labels, bits = protocol.encode_messages(params, inputs.copy(), rng)
+        labels, bits = protocol.encode_messages(params, (inputs if chosen is None else inputs[:, chosen]).copy(), rng)
         order = rng.permutation(labels.size)  # the shuffler
         return protocol.count_messages(params, labels[order], bits[order])
-    partials = [protocol.encode_block(params, [inputs[:, first: first + call.block_size].copy()], rng, work)
-                for first in range(0, inputs.shape[1], call.block_size)]
-    if not partials:  # nobody sampled: one empty block, as the engine encodes a block without users
-        partials = [protocol.encode_block(params, [], rng, work)]
+    partials = []
+    for first in range(0, inputs.shape[1], call.block_size):  # every block of the population, as the engine
+        stop = first + call.block_size
+        if chosen is None:
+            chunk = inputs[:, first:stop].copy()  # the randomizer may overwrite its chunk
+        else:  # a sampled round: the block's sampled users, possibly none
+            low, high = np.searchsorted(chosen, (first, stop))
+            chunk = inputs[:, chosen[low:high]]
+        partials.append(protocol.encode_block(params, [chunk] if chunk.shape[1] else [], rng, work))
     return protocol.finish(params, protocol.merge(partials), rng)
 
 
@@ -142,31 +156,12 @@ def _trial_statistics(call: AuditedCall, neighbour: int, first_trial: int, trial
     """
     rng = np.random.default_rng(np.random.SeedSequence([seed, neighbour, first_trial]))
     inputs = call.pair[neighbour]
-    plan = call.round_plan
-    work = call.protocol.workspace(min(call.block_size, plan.population), call.dim)
-    # A sampled trial encodes its sample; users are sampled within the population, block by block
-    # as the engine does (a block's sampled users form one chunk).
+    work = call.protocol.workspace(min(call.block_size, call.round_plan.population), call.dim)
     out = np.empty(trials)
     for trial in range(trials):
-        chosen = _answering(plan, rng)
-        if chosen is None:
-            statistic = _release(call, inputs, rng, work)
-        else:
-            statistic = _sampled_release(call, inputs, chosen, rng, work)
+        statistic = _release(call, inputs, _answering(call.round_plan, rng), rng, work)
         out[trial] = call.protocol.audit_statistic(call.params, statistic)
     return out
-
-
-def _sampled_release(call: AuditedCall, inputs: np.ndarray, chosen: np.ndarray, rng: np.random.Generator,
-                     work: Any) -> Any:
-    """One run of a sampled call: each block of the population encodes its sampled users."""
-    if call.literal:
-        return _release(call, inputs[:, chosen], rng, work)
-    protocol, params = call.protocol, call.params
-    bounds = np.searchsorted(chosen, np.arange(0, inputs.shape[1] + call.block_size, call.block_size))
-    partials = [protocol.encode_block(params, [inputs[:, chosen[low:high]]] if high > low else [], rng, work)
-                for low, high in zip(bounds[:-1], bounds[1:])]
-    return protocol.finish(params, protocol.merge(partials), rng)
 
 
 def _epsilon_lower_bound(positive_sorted: np.ndarray, negative_sorted: np.ndarray, threshold: float, upward: bool,
