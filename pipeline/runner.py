@@ -51,19 +51,33 @@ class PlannedRun:
 
 def ledger_of(job: engine.RunJob, records: Iterable[tuple[int, int, int, object]]) -> PrivacyLedger:
     """A ledger of (round, first user, stop user, protocol params) calls."""
+    return ledger_of_groups(job, ((round_index, 1, first, 0, stop - first, params)
+                                  for round_index, first, stop, params in records))
+
+
+def ledger_of_groups(job: engine.RunJob, calls: Iterable[tuple[int, int, int, int, int, object]]) -> PrivacyLedger:
+    """A ledger of (first round, rounds, first user, user stride, users, protocol params) runs of
+    calls with the same parameters: round first + k asks [first user + k·stride, … + users)."""
     optimizer, schedule = job.optimizer, job.schedule
     ledger = PrivacyLedger(schedule.composition, optimizer.epsilon, optimizer.delta, schedule.slack,
                            job.protocol.accounting, schedule.release, schedule.rounds - 1, job.unit)
     events: dict = {}  # a call's event depends on its parameters only: one per distinct call, not per round
-    for round_index, first, stop, params in records:
+    for first_round, rounds, first_user, stride, users, params in calls:
         try:
             if params not in events:
                 events[params] = job.protocol.event(params, job.block_size)
             event = events[params]
         except TypeError:  # a plug-in's unhashable parameters
             event = job.protocol.event(params, job.block_size)
-        ledger.record(round_index, first, stop, event)
+        ledger.record_rounds(first_round, rounds, first_user, stride, users, event)
     return ledger
+
+
+def _plans_per_budget(protocol) -> bool:
+    """Whether a protocol's plan is known to depend on the round's budget alone (Protocol.planned's
+    key), so that one round plans a whole group of equal rounds: the built-in protocols. A
+    plug-in is planned round by round, as it may read the round or its users."""
+    return type(protocol).__module__.split(".")[:2] == ["pipeline", "protocols"]
 
 
 PLUGIN_FIELDS = {"optimizer": "optimizer.name", "problem": "problem.name", "protocol": "privacy.protocol"}
@@ -162,19 +176,23 @@ def _plan_run(run: RunConfig) -> PlannedRun:
         field = next((f for f in ("optimizer.rounds", "optimizer.batch_size") if run[f] is not None), "n_users")
         raise ConfigError(field, run[field], f"plans {schedule.rounds} rounds, above the cap of {MAX_ROUNDS} "
                                              f"({ROUNDS_REASON})")
-    planned = []
-    for round_index in range(schedule.rounds):
-        plan = schedule.plan(round_index)
-        try:
-            params = protocol.plan(plan, problem.dim)
-            protocol.check_call(params, job.simulation == engine.LITERAL)
-            protocol.remember(plan, problem.dim, params)  # shards reuse it (Protocol.planned)
-        except ValueError as error:  # a PlanError names its field; a budget that cannot be met is the accounting's
-            field = error.field if isinstance(error, PlanError) else "privacy.accounting"
-            raise ConfigError(field, run[field], f"round {round_index}: {error}") from None
-        planned.append((round_index, plan.first_user, plan.stop_user, params))
+    calls, first_round = [], 0  # (first round, rounds, first user, stride, users, params)
+    per_group = _plans_per_budget(protocol)
+    for group in schedule.groups:  # a group's rounds share one budget: planned once where that is known
+        for round_index in ([first_round] if per_group else range(first_round, first_round + group.rounds)):
+            plan = schedule.plan(round_index)
+            try:
+                params = protocol.plan(plan, problem.dim)
+                protocol.check_call(params, job.simulation == engine.LITERAL)
+                protocol.remember(plan, problem.dim, params)  # shards reuse it (Protocol.planned)
+            except ValueError as error:  # a PlanError names its field; an unmet budget is the accounting's
+                field = error.field if isinstance(error, PlanError) else "privacy.accounting"
+                raise ConfigError(field, run[field], f"round {round_index}: {error}") from None
+            calls.append((round_index, group.rounds if per_group else 1, plan.first_user, group.user_stride,
+                          group.users, params))
+        first_round += group.rounds
     try:
-        ledger = ledger_of(job, planned)
+        ledger = ledger_of_groups(job, calls)
     except LedgerError as error:  # the protocol's events, or the optimizer's schedule, break the ledger's rules
         field = "privacy.protocol" if isinstance(error, UnsupportedEventError) else "optimizer.name"
         raise ConfigError(field, run[field], str(error)) from None

@@ -162,6 +162,37 @@ class PrivacyLedger:
             overlapping batches in a sequential run, or (paper mode) a call
             outside Theorem 3.2.
         """
+        self._check_call(round_index, first_user, stop_user, event)
+        group = (first_user, stop_user) if self.composition == PHASED else None
+        last = self._entries[-1] if self._entries else None
+        if self.composition in (SEQUENTIAL, FINAL_ITERATE) or (
+                self.composition == PHASED and (last is None or last.group != group)):
+            self._claim_users(first_user, stop_user)  # a phase's group of users is fresh
+        self._append(round_index, 1, event, group)
+
+    def record_rounds(self, first_round: int, rounds: int, first_user: int, stride: int, users: int,
+                      event: PvecDpEvent) -> None:
+        """Records `rounds` consecutive calls of one event, as `record` would one by one: round
+        first_round + k asks users [first_user + k·stride, … + users). O(1) where the rounds'
+        batches are consecutive (stride = users) in a sequential run, or nothing is claimed
+        (fully interactive); otherwise round by round.
+
+        Raises:
+          LedgerError: as `record`.
+        """
+        claims = self.composition in (SEQUENTIAL, FINAL_ITERATE)
+        if rounds <= 1 or self.composition == PHASED or (claims and stride != users):
+            for k in range(rounds):
+                start = first_user + k * stride
+                self.record(first_round + k, start, start + users, event)
+            return
+        self._check_call(first_round, first_user, first_user + users, event)
+        if claims:
+            self._claim_users(first_user, first_user + rounds * users)  # the union of the rounds' batches
+        self._append(first_round, rounds, event, None)
+
+    def _check_call(self, round_index: int, first_user: int, stop_user: int, event) -> None:
+        """`record`'s rules for one call (see its Raises)."""
         if not (isinstance(event, PvecDpEvent) or mechanisms.supports(event)):
             raise UnsupportedEventError(f"no accountant supports {type(event).__name__} events: its class must name a "
                               "pipeline.accounting.mechanisms.CallAccountant as `accountant`, or one must be registered")
@@ -175,16 +206,15 @@ class PrivacyLedger:
                 paper.pvec_analysis_bound(event)
             except ValueError as error:
                 raise LedgerError(f"round {round_index}: {error}") from None
-        group = (first_user, stop_user) if self.composition == PHASED else None
+
+    def _append(self, first_round: int, rounds: int, event, group: tuple[int, int] | None) -> None:
+        """Adds calls to the last entry when they continue it (same event and group), else a new one."""
         last = self._entries[-1] if self._entries else None
-        if self.composition in (SEQUENTIAL, FINAL_ITERATE) or (
-                self.composition == PHASED and (last is None or last.group != group)):
-            self._claim_users(first_user, stop_user)  # a phase's group of users is fresh
         if last is not None and last.event == event and last.group == group:
-            last.rounds += 1
+            last.rounds += rounds
         else:
-            self._entries.append(_Entry(round_index, 1, event, group))
-        self._rounds += 1
+            self._entries.append(_Entry(first_round, rounds, event, group))
+        self._rounds += rounds
 
     def _claim_users(self, start: int, stop: int) -> None:
         at = bisect.bisect_right(self._user_starts, start)
