@@ -68,3 +68,27 @@ def test_ray_runs_send_their_progress_to_the_driver(ray_session):
     assert key == "the-run" and not isinstance(outcome, BaseException)
     assert told and all(run == "the-run" and 0 < done <= total == 25_000 and seconds > 0
                         for run, done, total, seconds in told)
+
+
+def test_a_lost_progress_queue_fails_neither_the_run_nor_the_driver(ray_session, caplog):
+    """The queue's actor gone (its node died, as in tests/test_cluster_submit.py): the run's
+    notes and the driver's reads meet a dead actor; the run still returns its result."""
+    import ray
+
+    from pipeline.engine import ray_pool
+
+    told = []
+    executor = engine.executor("ray", lambda *progress: told.append(progress))
+    try:
+        ray.kill(executor._queue.actor)
+        job = _seq_sgd_job(n=50_000, batch_size=2)
+        executor.submit("the-run", job, 1)
+        with caplog.at_level("WARNING", logger=ray_pool.__name__):
+            key, outcome = executor.next_done()
+    finally:
+        executor.close()
+    assert key == "the-run" and not isinstance(outcome, BaseException), outcome
+    state, records, _ = outcome
+    expected_state, expected = LocalPool(job, 1).run()
+    assert np.array_equal(job.optimizer.output(state), job.optimizer.output(expected_state))
+    assert not told and "progress notes stopped" in caplog.text

@@ -13,7 +13,7 @@ import ray
 from ray import cloudpickle
 from ray.util.queue import Queue
 from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from pipeline.engine.job import EXACT, RunJob
 from pipeline.engine.pool import ShardPool
@@ -263,12 +263,29 @@ def _execute(job: RunJob, shards: int, key=None, progress: Queue | None = None):
     """
     pool = RayPool(job, shards)
     began = time.perf_counter()
-    told = None if progress is None else (
+    told = None if progress is None else _BestEffort(
         lambda done, total: progress.put_nowait((key, done, total, time.perf_counter() - began)))
     try:
         return (*pool.run(told), time.perf_counter() - began)
     finally:
         pool.close()
+
+
+class _BestEffort:
+    """Calls `tell` until the first Ray error, then never again: progress is a note to
+    the user, and a lost note (its queue's node died) must not fail a run or the grid."""
+
+    def __init__(self, tell):
+        self.tell = tell
+
+    def __call__(self, *args) -> None:
+        if self.tell is None:
+            return
+        try:
+            self.tell(*args)
+        except ray.exceptions.RayError as err:
+            self.tell = None
+            logging.getLogger(__name__).warning("progress notes stopped: %s", str(err).splitlines()[0])
 
 
 class RayExecutor:
@@ -282,8 +299,14 @@ class RayExecutor:
     def __init__(self, progress=None):
         ensure_ray()
         self._pending: dict = {}
-        self._progress = progress
-        self._queue = None if progress is None else Queue(actor_options={"num_cpus": 0})
+        self._queue = self._drain = None
+        if progress is not None:
+            # The queue lives on the driver's node: a worker node that dies takes its runs'
+            # shards (restarted by Ray) but never the driver's way of hearing from them.
+            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+            self._queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
+            self._drain = _BestEffort(lambda: [progress(*told) for told in
+                                               self._queue.get_nowait_batch(self._queue.qsize())])
 
     def capacity(self) -> int:
         """How many runs to keep in flight: the cluster's CPUs, at least 2."""
@@ -298,9 +321,8 @@ class RayExecutor:
         passes the runs' progress on."""
         while True:
             ready, _ = ray.wait(list(self._pending), num_returns=1, timeout=None if self._queue is None else 0.5)
-            if self._queue is not None:
-                for told in self._queue.get_nowait_batch(self._queue.qsize()):
-                    self._progress(*told)
+            if self._drain is not None:
+                self._drain()
             if ready:
                 break
         ref = ready[0]
