@@ -536,8 +536,10 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
     run, job = planned.config, planned.job
     columns = dict(zip(engine.RoundRecord._fields, zip(*records)))
     ledger = ledger_of(job, zip(columns["round"], columns["first_user"], columns["stop_user"], columns["params"]))
-    if ledger.to_dict() != planned.ledger.to_dict():
+    ledger_json = ledger.to_dict()
+    if ledger_json != planned.ledger.to_dict():
         raise RuntimeError("the executed rounds differ from the planned ledger")
+    _check_rederived(planned, ledger, ledger_json)
     spent = ledger.spent_series()
     rounds = pd.DataFrame({
         "run_id": run.run_id,
@@ -564,7 +566,7 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
            "epsilon": epsilon, "delta": delta, **planned.rates, "status": FINISHED, "wall_s": wall_s,
            **{f"final_{column}": getattr(records[-1], column) for column in measured}}
     files = {
-        "ledger.json": json.dumps(ledger.to_dict(), indent=2).encode(),
+        "ledger.json": json.dumps(ledger_json, indent=2).encode(),
         "config.yaml": yaml.safe_dump(run.nested(), sort_keys=False).encode(),
     }
     store.stage(run.run_id, files)
@@ -576,6 +578,32 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
     store.commit(row, rounds, results.KINDS)  # this row marks the run done
     tracker.end(mlflow_run_id, "FINISHED")
     return row
+
+
+def _check_rederived(planned: PlannedRun, ledger: PrivacyLedger, ledger_json: dict) -> None:
+    """Checks a run's ledger where no plug-in reaches: rebuilt from its JSON's events and composed
+    again in a separate process (pipeline.accounting.rederive), it must write the same JSON and,
+    for a private run, meet the target. A ledger of a plug-in's own events is composed by that
+    plug-in's accountant, which runs in this process only: it is checked here alone.
+
+    Raises:
+      LedgerError: the ledger written here is not what its events compose to, or misses the target.
+    """
+    from pipeline.accounting.rederive import rederive
+
+    if not ledger.rebuildable():
+        return
+    verdict = rederive(json.loads(json.dumps(ledger_json)))
+    target = ledger_json["target"]
+    if "error" in verdict:
+        raise LedgerError(f"the ledger could not be re-derived in a separate process: {verdict['error']}")
+    if not verdict["same"]:
+        raise LedgerError("the ledger written by this process differs from what its events compose to in a "
+                          "separate process (a plug-in patched the ledger or an accountant?): re-derived "
+                          f"(ε, δ) = ({verdict['epsilon']:.6g}, {verdict['delta']:.3g})")
+    if planned.job.protocol.model != "none" and not verdict["within_target"]:
+        raise LedgerError(f"the ledger re-derived in a separate process spends (ε, δ) = ({verdict['epsilon']:.6g}, "
+                          f"{verdict['delta']:.3g}), above the target ({target['epsilon']:g}, {target['delta']:g})")
 
 
 def error_line(error: BaseException) -> str:

@@ -32,6 +32,7 @@ import math
 import attr
 import numpy as np
 
+from pipeline.accounting import events as event_classes
 from pipeline.accounting import mechanisms, paper, pvec_tight
 from pipeline.accounting.compositions import (  # noqa: F401 (the ledger's names, as before)
     ACCOUNTING_MODES, COMPOSITIONS, FINAL_ITERATE, FULLY_INTERACTIVE, PAPER, PHASED, SEQUENTIAL, TIGHT)
@@ -361,10 +362,12 @@ class PrivacyLedger:
                  and mechanisms.exact_composition([(e.event, 1) for e in self._entries], self.target[1]) is not None)
         return "; ".join(rules) + ("; composed exactly (GDP) or by PLD" if exact else "")
 
-    def _event_dict(self, entry: _Entry) -> dict:
-        """One entry as JSON-ready data, with each mode's bound of one call at the run's δ."""
+    def _event_dict(self, entry: _Entry, phase: int | None = None) -> dict:
+        """One entry as JSON-ready data, with each mode's bound of one call at the run's δ (and,
+        in a PHASED ledger, which phase's group of users it asks: 0, 1, …, no user ranges)."""
         delta = self.target[1]
-        head = {"rounds": [entry.first_round, entry.first_round + entry.rounds]}
+        head = {"rounds": [entry.first_round, entry.first_round + entry.rounds],
+                **({"phase": phase} if phase is not None else {})}
         if not isinstance(entry.event, PvecDpEvent):
             fields = {k: (list(v) if isinstance(v, tuple) else v) for k, v in attr.asdict(entry.event).items()}
             bounds = {}
@@ -388,7 +391,9 @@ class PrivacyLedger:
 
     def to_dict(self) -> dict:
         """The ledger as JSON-ready data (no user ids or ranges); both modes, the run's first."""
-        events = [self._event_dict(entry) for entry in self._entries]
+        phases: dict = {}  # PHASED: each group of users, numbered in order of first answer
+        events = [self._event_dict(entry, None if entry.group is None else phases.setdefault(entry.group, len(phases)))
+                  for entry in self._entries]
         modes = {}
         for mode in sorted(ACCOUNTING_MODES, key=lambda m: m != self.accounting):
             epsilon, delta = self.total(mode)
@@ -422,3 +427,62 @@ class PrivacyLedger:
             "accounting": modes,
         }
 
+
+    def rebuildable(self) -> bool:
+        """Whether `from_dict` can rebuild this ledger: all its events are this package's."""
+        return all(type(event).__module__ == event_classes.__name__
+                   for event in [entry.event for entry in self._entries] + [self.release] if event is not None)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> PrivacyLedger:
+        """The ledger a `to_dict` describes, its calls recorded again from the events it lists.
+
+        Each entry's users are stand-ins that keep the composition's structure (disjoint
+        batches, the same group within a phase); `to_dict` keeps no user ranges. Only this
+        package's events can be rebuilt: `rederive` checks a run's ledger with it in a
+        process that imports no plug-in.
+
+        Raises:
+          UnsupportedEventError: an event that is not one of pipeline.accounting.events'.
+          LedgerError: the entries break the composition's rules (as `record`).
+        """
+        target, paper_mode = data["target"], data["accounting"][PAPER]
+        release = data.get("release")
+        ledger = cls(data["composition"], target["epsilon"], target["delta"], paper_mode.get("slack"),
+                     data["accounting_mode"], None if release is None else _event_of(release),
+                     None if release is None else release["round"], data["unit"]["name"])
+        next_user, phase_users = 0, {}
+        for entry in data["events"]:
+            event = _event_of(entry)
+            first_round, stop_round = entry["rounds"]
+            users = event.population if hasattr(event, "population") else event.users
+            if "phase" in entry:  # a phase's rounds ask one group of users, each phase its own
+                if entry["phase"] not in phase_users:
+                    phase_users[entry["phase"]] = next_user
+                    next_user += users
+                ledger.record_rounds(first_round, stop_round - first_round, phase_users[entry["phase"]], 0, users, event)
+            else:  # disjoint batches (they are claimed only by sequential compositions)
+                ledger.record_rounds(first_round, stop_round - first_round, next_user, users, users, event)
+                next_user += (stop_round - first_round) * users
+        return ledger
+
+
+_MECHANISMS = {"P_vec": event_classes.PvecDpEvent, "PNSGD": event_classes.PnsgdDpEvent,
+               **{name.removesuffix("DpEvent"): getattr(event_classes, name) for name in dir(event_classes)
+                  if name.endswith("DpEvent") and name != "DpEvent"}}
+
+
+def _event_of(fields: dict):
+    """The built-in event an entry of `to_dict` describes (its attr fields; lists were tuples).
+
+    Raises:
+      UnsupportedEventError: its mechanism is not one of pipeline.accounting.events'.
+    """
+    cls = _MECHANISMS.get(fields.get("mechanism"))
+    if cls is None:
+        raise UnsupportedEventError(f"the ledger's {fields.get('mechanism')!r} events are not this package's")
+
+    def as_tuple(value):
+        return tuple(as_tuple(v) for v in value) if isinstance(value, list) else value
+
+    return cls(**{f.name: as_tuple(fields[f.name]) for f in attr.fields(cls)})

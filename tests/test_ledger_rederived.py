@@ -1,0 +1,114 @@
+"""A run's ledger is checked where no plug-in reaches (issue 29, item 1): its JSON, rebuilt
+from the events it lists, is composed again in a separate process
+(pipeline.accounting.rederive) and must write the same JSON and meet the target. The red
+team's plug-in that patched `PrivacyLedger.within_target` finished a full_gd run at
+ε = 7.094 above its target 4; it now fails that run."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from pipeline import cli
+from pipeline.accounting.ledger import PrivacyLedger
+from pipeline.accounting.rederive import rederive, verdict
+from pipeline.config import expand
+from pipeline.runner import plan_run
+
+# One run of each composition (sequential, fully interactive, phased, final iterate), with
+# P_vec and the companion mechanisms (Gaussian, shuffled Gaussian, shuffle LDP, report noisy
+# max, sampled users), in both accounting modes: configs of tests/golden/golden_runs.json.
+GOLDEN = {run["id"]: run["tree"] for run in json.loads(
+    (Path(__file__).with_name("golden") / "golden_runs.json").read_text())["runs"]}
+RUNS = [f"{name}/{mode}/{rest}" for name, rest in (
+    ("seq_sgd/cjmp_vec", "quadratic/n2000-d3-eps1"), ("full_phased/cjmp_vec", "elastic/n300-d3-eps1"),
+    ("full_phased/shuffle_gaussian", "elastic/n300-d3-eps1"),
+    ("full_gd/shuffle_gaussian", "absolute/n500-d3-eps1/rounds=5"), ("full_gd/cjmp_vec", "logistic/n200-d3-eps1"),
+    ("cldp_sgd/girgis_linf", "elastic/n500-d3-eps1"),
+    ("dss_sgd/girgis_l1", "logistic/n500-d3-eps1"), ("pnsgd/central_gaussian", "logistic/n500-d3-eps1"),
+    ("frank_wolfe_l1/report_noisy_max", "l1_least_squares/n500-d3-eps1")) for mode in ("paper", "tight")]
+
+
+def _planned(run_id: str):
+    return plan_run(expand(GOLDEN[run_id])[0])
+
+
+@pytest.mark.parametrize("run_id", RUNS)
+def test_every_composition_is_rebuilt_from_its_json_to_the_same_json(run_id):
+    ledger = _planned(run_id).ledger
+    written = json.loads(json.dumps(ledger.to_dict()))
+    rebuilt = PrivacyLedger.from_dict(written)
+    assert json.loads(json.dumps(rebuilt.to_dict())) == written
+    assert rebuilt.total() == ledger.total() and rebuilt.rounds == ledger.rounds
+    assert verdict(written) == {"same": True, "epsilon": ledger.total()[0], "delta": ledger.total()[1],
+                                "within_target": True}
+
+
+def test_the_separate_process_sees_a_reported_spend_below_the_events_and_a_missed_target():
+    """Both sides of the check: a JSON whose totals were lowered, and one whose target was."""
+    written = json.loads(json.dumps(_planned("full_gd/shuffle_gaussian/tight/absolute/n500-d3-eps1/rounds=5").ledger.to_dict()))
+    assert rederive(written)["same"] is True
+    lowered = json.loads(json.dumps(written))
+    lowered["accounting"]["tight"]["epsilon"] *= 0.999
+    assert rederive(lowered)["same"] is False
+    spent = written["accounting"]["tight"]["epsilon"]
+    tightened = json.loads(json.dumps(written))
+    tightened["target"]["epsilon"] = spent * 0.999  # the events spend more than this target
+    answer = rederive(tightened)
+    assert answer["within_target"] is False and answer["epsilon"] == spent
+    # A phased ledger's groups matter: taken as one group, its phases would compose, not take the worst.
+    phased = json.loads(json.dumps(_planned("full_phased/cjmp_vec/tight/elastic/n300-d3-eps1").ledger.to_dict()))
+    assert len({event["phase"] for event in phased["events"]}) > 1
+    merged = json.loads(json.dumps(phased))
+    for event in merged["events"]:
+        event["phase"] = 0
+    assert rederive(merged)["same"] is False
+
+
+def test_a_plugin_event_is_not_rebuilt_and_says_why():
+    written = json.loads(json.dumps(_planned("full_gd/shuffle_gaussian/tight/absolute/n500-d3-eps1/rounds=5").ledger.to_dict()))
+    written["events"][0]["mechanism"] = "MyPluginMechanism"
+    assert rederive(written) == {"error": "UnsupportedEventError: the ledger's 'MyPluginMechanism' events are "
+                                          "not this package's"}
+
+
+PATCHES = {
+    # The red team's probe: the driver's target check always passes.
+    "within_target": ("PrivacyLedger.within_target = lambda self: True\n", "above the target (4, 0.3)"),
+    # The ledger reports nothing spent: its JSON would say ε = 0.
+    "total": ("PrivacyLedger.total = lambda self, accounting=None: (0.0, 0.0)\n", "differs from what its events"),
+}
+
+
+@pytest.fixture
+def restored_ledger_class():
+    """The plug-in below patches PrivacyLedger in this process: put its attributes back after."""
+    saved = dict(vars(PrivacyLedger))
+    yield
+    for name in set(vars(PrivacyLedger)) - set(saved):
+        delattr(PrivacyLedger, name)
+    for name, value in saved.items():
+        if name not in ("__dict__", "__weakref__"):
+            setattr(PrivacyLedger, name, value)
+
+
+@pytest.mark.parametrize("patch", sorted(PATCHES))
+def test_a_plugin_that_patches_the_ledger_fails_its_run_through_the_public_command(
+        patch, tmp_path, capsys, monkeypatch, restored_ledger_class):
+    code, words = PATCHES[patch]
+    monkeypatch.chdir(tmp_path)
+    # A file name of its own per case: plug-ins are resolved once per name in a process.
+    (tmp_path / f"patches_{patch}.py").write_text("from pipeline.accounting.ledger import PrivacyLedger\n" + code +
+                                         "from pipeline.problems.quadratic import Quadratic as Patched\n")
+    config = {"experiment": "patched", "problem": {"name": f"patches_{patch}.py:Patched", "dim": 3, "radius": 1.0},
+              "n_users": 2000, "optimizer": {"name": "full_gd"}, "privacy": {"epsilon": 4.0, "delta": 0.3},
+              "execution": {"backend": "local", "shards": 2},
+              "tracking": {"mlflow_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "out": str(tmp_path / "out")}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    assert cli.main(["run", "config.yaml"]) == 1
+    (row,) = pd.read_parquet(tmp_path / "out" / "runs.parquet").to_dict("records")
+    assert row["status"] == "failed" and row["error"].startswith("LedgerError: ") and words in row["error"], row
+    assert "0 finished, 0 skipped, 1 failed" in capsys.readouterr().out
