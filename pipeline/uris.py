@@ -1,11 +1,19 @@
 """URIs of tables and results folders: what every store needs before pyarrow opens it."""
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 # Seconds Google Cloud Storage may retry before a URI is refused: by default it retries for 15
 # minutes, so a machine without a network or credentials would hang (S3 gives up in about 10 s).
 GCS_RETRY_LIMIT_S = 8
+# Schemes whose client is a JVM (libhdfs): it writes its own log and stack traces to the process's
+# stderr (file descriptor 2), dozens of lines when it cannot connect, after the config error's line.
+JVM_SCHEMES = ("hdfs", "viewfs")
 
 
 def with_retry_limit(uri: str) -> str:
@@ -23,3 +31,47 @@ def with_retry_limit(uri: str) -> str:
         return uri
     query = "&".join(part for part in (parts.query, f"retry_limit_seconds={GCS_RETRY_LIMIT_S}") if part)
     return urlunsplit(parts._replace(query=query))
+
+
+class HeldOutput:
+    """Where native output was held while a store was opened (see `native_output_held`)."""
+
+    def __init__(self, path: str | None):
+        self.path = path
+
+    def note(self) -> str:
+        """A note for an error line: where the held output went, if there was any."""
+        if self.path is None or not os.path.exists(self.path) or not os.path.getsize(self.path):
+            return ""
+        with open(self.path, "rb") as held:
+            lines = held.read().count(b"\n")
+        return f"; the client's own output ({lines} lines) is in {self.path}"
+
+
+@contextlib.contextmanager
+def native_output_held(uri: str) -> Iterator[HeldOutput]:
+    """While a store of `uri` is opened: what native code writes to stderr goes to a file, for
+    the JVM schemes (JVM_SCHEMES) only, so that a refused URI stays one line. The file is kept
+    when the block raises (the error can name it with `note`), deleted otherwise.
+
+    Yields:
+      The HeldOutput (its path None for other schemes).
+    """
+    if urlsplit(uri).scheme not in JVM_SCHEMES:
+        yield HeldOutput(None)
+        return
+    sys.stderr.flush()
+    held = tempfile.NamedTemporaryFile(prefix="shuffle-sco-jvm-", suffix=".log", delete=False)
+    saved = os.dup(2)
+    os.dup2(held.fileno(), 2)
+    failed = True
+    try:
+        yield HeldOutput(held.name)
+        failed = False
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        held.close()
+        if not failed or not os.path.getsize(held.name):
+            os.unlink(held.name)

@@ -3,6 +3,7 @@ merge or a broken JSON, is one config-error line (exit 2, nothing written) or a 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -230,3 +231,38 @@ def test_ledger_says_how_far_planning_got_on_stderr(tmp_path, capsys, monkeypatc
     assert len(json.loads(captured.out)["runs"]) == 3
     lines = captured.err.strip().splitlines()  # quiet unless planning takes PLANNING_NOTE_S (here 0)
     assert [line.split("] ")[1].split(" ")[0] for line in lines] == ["1/3", "2/3"], lines
+
+
+class _ChattyHdfs:
+    """An HDFS client as libhdfs is one: its JVM writes its log and stack traces straight to
+    file descriptor 2 (88 lines in the red team's probe), then the open fails."""
+
+    @staticmethod
+    def from_uri(uri):
+        for line in range(88):
+            os.write(2, f"WARN ipc.Client: Retrying connect to server: localhost/127.0.0.1:9 ({line})\n".encode())
+        raise OSError("HDFS connection to localhost:9 failed: errno 111 (Connection refused)")
+
+
+@pytest.mark.parametrize("field", ["tracking.out", "problem.source"])
+def test_an_hdfs_store_that_cannot_be_reached_is_one_line_with_the_jvm_output_kept_aside(
+        tmp_path, capfd, monkeypatch, field):
+    import pyarrow.fs
+
+    monkeypatch.setattr(pyarrow.fs, "FileSystem", _ChattyHdfs)
+    changes = ({"tracking.out": "hdfs://localhost:9/results"} if field == "tracking.out" else
+               {"problem.name": "dataset", "problem.source": "hdfs://localhost:9/data/rows.csv",
+                "problem.loss": "least_squares", "optimizer.name": "seq_sgd"})
+    config = _config(tmp_path)
+    tree = yaml.safe_load(config.read_text())
+    for dotted, value in changes.items():
+        section, key = dotted.split(".")
+        tree[section][key] = value
+    config.write_text(yaml.safe_dump(tree))
+    assert cli.main(["run", str(config)]) == 2
+    lines = capfd.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"config error: {field} = 'hdfs://localhost:9/"), lines
+    assert "Connection refused" in lines[0] and "the client's own output (88 lines) is in " in lines[0], lines[0]
+    held = Path(lines[0].rsplit(" is in ", 1)[1].rstrip(")"))
+    assert held.read_text().count("Retrying connect") == 88
+    held.unlink()

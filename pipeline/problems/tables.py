@@ -19,7 +19,7 @@ from typing import Iterator
 
 import numpy as np
 
-from pipeline.uris import with_retry_limit
+from pipeline.uris import native_output_held, with_retry_limit
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".npz": "npz"}
 HASH_CHUNK = 8 << 20  # bytes per read while fingerprinting
@@ -66,16 +66,17 @@ def _filesystem(source: str):
 
     if "://" not in source:
         return fs.LocalFileSystem(), os.path.abspath(source)
-    try:
-        return fs.FileSystem.from_uri(with_retry_limit(source))
-    except Exception as arrow_error:  # a scheme pyarrow has no native support for, e.g. gcsfs-only setups
+    with native_output_held(source) as held:
         try:
-            import fsspec
+            return fs.FileSystem.from_uri(with_retry_limit(source))
+        except Exception as arrow_error:  # a scheme pyarrow has no native support for, e.g. gcsfs-only setups
+            try:
+                import fsspec
 
-            filesystem, path = fsspec.core.url_to_fs(source)
-        except Exception:
-            raise TableError(f"cannot be opened: {arrow_error}") from None
-        return fs.PyFileSystem(fs.FSSpecHandler(filesystem)), path
+                filesystem, path = fsspec.core.url_to_fs(source)
+            except Exception:
+                raise TableError(f"cannot be opened: {arrow_error}{held.note()}") from None
+            return fs.PyFileSystem(fs.FSSpecHandler(filesystem)), path
 
 
 def _npy_header(stream) -> tuple[tuple[int, ...], bool, np.dtype]:

@@ -11,7 +11,7 @@ from urllib.parse import urlparse, urlsplit
 import pyarrow.fs as pafs
 
 from pipeline.errors import ConfigError
-from pipeline.uris import with_retry_limit
+from pipeline.uris import native_output_held, with_retry_limit
 
 # Schemes pyarrow.fs opens; anything else with "://" is refused instead of becoming a local folder "s3:".
 SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
@@ -125,11 +125,12 @@ def open_location(out: str, field: str = "tracking.out") -> Location:
     parts = urlsplit(out)
     if not parts.path.strip("/") or (scheme in ("s3", "gs", "gcs") and not parts.netloc):
         raise ConfigError(field, out, "must name a bucket and a folder in it, e.g. s3://bucket/results/experiment")
-    try:
-        filesystem, root = pafs.FileSystem.from_uri(with_retry_limit(out))
-        filesystem.get_file_info(root)  # one request now: an unreachable store fails here, in one line
-    except Exception as error:  # pyarrow raises ArrowInvalid, OSError and more
-        raise ConfigError(field, out, f"cannot be opened ({_first_line(error)})") from None
+    with native_output_held(out) as held:
+        try:
+            filesystem, root = pafs.FileSystem.from_uri(with_retry_limit(out))
+            filesystem.get_file_info(root)  # one request now: an unreachable store fails here, in one line
+        except Exception as error:  # pyarrow raises ArrowInvalid, OSError and more
+            raise ConfigError(field, out, f"cannot be opened ({_first_line(error)}){held.note()}") from None
     root = root.rstrip("/")
     # What precedes the file system's path in an address: s3://bucket/x has the path "bucket/x".
     prefix = f"{scheme}://" if root.startswith(parts.netloc) else f"{scheme}://{parts.netloc}"
