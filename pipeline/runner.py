@@ -690,33 +690,54 @@ def _interrupt(signum: int) -> KeyboardInterrupt:
     return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
-@contextlib.contextmanager
-def _remembered_interrupt():
-    """Ctrl-C or SIGTERM that is raised where Python swallows it (a finalizer or
-    weakref callback: "Exception ignored in …") still stops the grid: the handler
-    also remembers it, and the grid loop re-raises it at the next run boundary.
+class _Interrupts:
+    """Ctrl-C and SIGTERM during a grid: raised at once only while the driver waits for a run
+    (`raising`), where nothing is half-written; anywhere else (starting a run, recording one
+    in MLflow and Parquet, marking runs failed) remembered and raised at the next run
+    boundary by `check`. A KeyboardInterrupt inside MLflow's log_batch left SQLite's write
+    transaction open, so marking the runs failed met "database is locked" and they stayed
+    RUNNING. A signal raised where Python swallows it (a finalizer: "Exception ignored in …")
+    is remembered too.
 
-    Yields:
-      A function that returns the signal that arrived, or 0 (always 0 off the
-      main thread, where no handler can be installed; a signal the caller
-      ignores, as SIGINT in a background job, stays ignored).
+    Used as a context manager: the handlers are installed inside it (on the main thread only,
+    and not for a signal the caller ignores, as SIGINT in a background job).
     """
-    watched = [signum for signum in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(signum) is not signal.SIG_IGN]
-    if threading.current_thread() is not threading.main_thread() or not watched:
-        yield lambda: 0
-        return
-    arrived: list[int] = []
 
-    def handler(signum, frame):
-        arrived.append(signum)
-        raise _interrupt(signum)
+    def __init__(self):
+        self.arrived: list[int] = []
+        self._raising = False
+        self._previous: dict = {}
 
-    previous = {signum: signal.signal(signum, handler) for signum in watched}
-    try:
-        yield lambda: arrived[0] if arrived else 0
-    finally:
-        for signum, action in previous.items():
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    self._previous[signum] = signal.signal(signum, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, action in self._previous.items():
             signal.signal(signum, action)
+
+    def _handler(self, signum, frame) -> None:
+        self.arrived.append(signum)
+        if self._raising:
+            raise _interrupt(signum)
+
+    @contextlib.contextmanager
+    def raising(self):
+        """A block in which a signal raises at once (the driver waiting for its runs)."""
+        self.check()
+        self._raising = True
+        try:
+            yield
+        finally:
+            self._raising = False
+
+    def check(self) -> None:
+        """Raises the first signal that arrived, if any."""
+        if self.arrived:
+            raise _interrupt(self.arrived[0])
 
 
 def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridSummary:
@@ -785,8 +806,8 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
         completed = len(summary.finished) + len(summary.failed)
         say(f"{_progress(completed, len(todo), len(summary.failed), time.perf_counter() - began)}  {note}")
 
-    try:
-        with _remembered_interrupt() as interrupted:
+    with _Interrupts() as interrupts:
+        try:
             while queue or executor.in_flight():
                 while queue and executor.in_flight() < executor.capacity():
                     item = queue.pop(0)
@@ -802,7 +823,8 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
                     executor.submit(item.config.run_id, item.job, item.config["execution.shards"])
                 if not executor.in_flight():  # every run left failed to start
                     continue
-                run_id, outcome = executor.next_done()
+                with interrupts.raising():
+                    run_id, outcome = executor.next_done()
                 item, mlflow_run_id, run_began, started_at = started[run_id]  # in flight until recorded or failed
                 wall_s = time.perf_counter() - run_began
                 try:
@@ -821,15 +843,14 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
                     summary.failed.append((run_id, f"{type(err).__name__}: {err}"))
                     note = f"{run_id} FAILED: {type(err).__name__}: {err}"
                 progress(note)
-                if interrupted():  # a Ctrl-C or SIGTERM swallowed during the run stops the grid here
-                    raise _interrupt(interrupted())
-    except BaseException as stop:  # an interrupt (or the driver's own failure): the runs in flight stop with it
-        executor.cancel()
-        for item, mlflow_run_id, run_began, started_at in started.values():
-            fail_run(item, time.perf_counter() - run_began, mlflow_run_id, started_at, tracker, store, stop)
-        raise
-    finally:
-        executor.close()
+                interrupts.check()  # a Ctrl-C or SIGTERM while this run was recorded stops the grid here
+        except BaseException as stop:  # an interrupt (or the driver's own failure): the runs in flight stop with it
+            executor.cancel()
+            for item, mlflow_run_id, run_began, started_at in started.values():  # further signals wait for this
+                fail_run(item, time.perf_counter() - run_began, mlflow_run_id, started_at, tracker, store, stop)
+            raise
+        finally:
+            executor.close()
     return summary
 
 

@@ -98,3 +98,35 @@ def test_an_interrupt_swallowed_during_a_run_still_stops_the_grid(tmp_path, monk
         signal.signal(signal.SIGINT, previous)
     recorded = pd.read_parquet(tmp_path / "out" / "runs.parquet")
     assert list(recorded["status"]) == ["finished"] and len(runs) == 8
+
+
+def test_an_interrupt_while_a_run_is_recorded_waits_for_the_record_and_leaves_no_run_running(
+        tmp_path, monkeypatch, new_mlflow_store):
+    """Ctrl-C inside MLflow's log_batch left SQLite's write transaction open: marking the runs
+    failed met "database is locked" and they stayed RUNNING. A signal while a run is recorded
+    now waits for the record; the grid stops right after it."""
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.tracking.mlflow_tracker import MlflowTracker
+
+    store = new_mlflow_store(tmp_path / "mlflow.db")
+    path = _config(tmp_path, GRID.replace("backend: ray", "backend: local"))
+    runs = config.expand(config.read_config(path, [f"tracking.out={tmp_path / 'out'}", f"tracking.mlflow_uri={store}"]))
+    log_rounds = MlflowTracker.log_rounds
+
+    def interrupted_inside(self, *args, **kwargs):
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C lands while the run's metrics are written
+        return log_rounds(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowTracker, "log_rounds", interrupted_inside)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            runner.run_grid(runs, say=lambda line: None)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    recorded = pd.read_parquet(tmp_path / "out" / "runs.parquet")
+    assert list(recorded["status"]) == ["finished"] and len(runs) == 8
+    statuses = [r.info.status for r in MlflowClient(store).search_runs(
+        [MlflowClient(store).get_experiment_by_name("grid").experiment_id])]
+    assert statuses == ["FINISHED"]
