@@ -72,7 +72,11 @@ def loopback_cluster(tmp_path_factory, new_mlflow_store, object_store):
     root = tmp_path_factory.mktemp("cluster")
     # The nodes' processes (the job's driver among them) reach the object store with these keys.
     env = {**os.environ, **object_store["keys"], "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+           "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32),
+           # The GCS declares the killed node dead after 3 missed checks a second apart (by default
+           # 5, 3 s apart: 15-25 s of the test spent waiting); a 5 s timeout keeps a busy node alive.
+           "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
+           "RAY_health_check_timeout_ms": "5000"}
     env.pop("RAY_ADDRESS", None)
     mlflow_port, gcs_port, dashboard_port = _free_port(), _free_port(), _free_port()
     # One worker process (MLflow's default is 4, each importing MLflow: seconds of CPU apiece).
