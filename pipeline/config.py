@@ -89,10 +89,12 @@ def _mlflow_uri(value: Any) -> str:
 MAX_USERS = 10**10
 # Seeds are stored as int64 in runs.parquet: a larger one would turn the column to float64 and collapse seeds.
 MAX_SEED = 2**63 - 1
-# The most rounds a run may plan: planning and the ledger hold every round (full_gd's
-# optimizer.rounds, or n / batch size for sequential optimizers).
+# The most rounds a run may plan (full_gd's optimizer.rounds, or n / batch size for sequential
+# optimizers). Planning and the ledger go by groups of equal rounds now, but every round is still
+# recorded (a round record, about 1 KiB while the run is written: runner.RECORD_BYTES, which the
+# memory rule counts) and plug-ins are planned round by round.
 MAX_ROUNDS = 10**7
-ROUNDS_REASON = "planning and the ledger hold every round; at most 10⁷ planned rounds"
+ROUNDS_REASON = "every round is recorded, and a plug-in is planned round by round; at most 10⁷ rounds"
 # The experiment names the default results folder results/<experiment>: one path component.
 MAX_NAME_CHARS, MAX_NAME_BYTES = 200, 255
 

@@ -261,6 +261,11 @@ def _records_per_round(run: RunConfig, optimizer, records: dict) -> dict:
 # shard process measured 114 MB of resident memory after its imports; Ray's worker adds about as much.
 MEMORY_MARGIN = 0.8
 PROCESS_BYTES = 256 * 2**20
+# What each round costs the process that records the run, whatever n: its RoundRecord, its
+# columns, ledger spend and rounds-table row while the run is written. Measured: 853 bytes a
+# round at the peak of a local seq_sgd run (d = 10; 1.25·10⁵ and 5·10⁵ rounds, maximum resident
+# memory's slope), rounded up. On Ray the run's task holds the records too, before they travel.
+RECORD_BYTES = 1024
 
 
 def _cgroup_limits(root: Path) -> list[int]:
@@ -309,14 +314,17 @@ def memory_bytes(root: Path = Path("/")) -> int | None:
 
 
 def _check_memory(run: RunConfig, job: engine.RunJob | None = None) -> None:
-    """Refuses a run whose users' data cannot fit in memory (DESIGN: users live in their shard).
+    """Refuses a run whose users' data or round records cannot fit in memory (DESIGN: users
+    live in their shard).
 
-    A shard holds its users' data as float64 (d, records): 8·d bytes per record. Within
-    MEMORY_MARGIN of the limit, with PROCESS_BYTES for each process: one block must fit, and
-    so must every user one process holds (all of them on the local backend, one shard's on
-    Ray), and on a Ray instance this machine starts every shard and the driver together (on a
-    cluster, RAY_ADDRESS, the shards are spread over nodes: one shard is checked). A run whose
-    shards draw each block's users when asked (engine.drawn_per_block) holds one block a process.
+    A shard holds its users' data as float64 (d, records): 8·d bytes per record; the process
+    that records the run holds RECORD_BYTES per round. Within MEMORY_MARGIN of the limit, with
+    PROCESS_BYTES for each process: one block must fit, and so must every user and round one
+    process holds (all of them on the local backend; on Ray one shard's users, and the rounds
+    in the driver), and on a Ray instance this machine starts every shard, the run's task and
+    the driver together, the records twice (on a cluster, RAY_ADDRESS, the shards are spread
+    over nodes: one shard and the driver are checked). A run whose shards draw each block's
+    users when asked (engine.drawn_per_block) holds one block a process.
 
     Args:
       run: the run.
@@ -333,22 +341,33 @@ def _check_memory(run: RunConfig, job: engine.RunJob | None = None) -> None:
     d *= parse_records_per_user(run["problem.records_per_user"]).mean  # bytes per user: d floats per record
     local = run["execution.backend"] == "local"
     block = min(run["execution.block_size"], n)
-    checks = [("problem.dim", block, 1, "one block of")]
+    # (field, users whose data are held, rounds whose records are held, processes, what holds them)
+    checks = [("problem.dim", block, 0, 1, "one block of")]
     if job is not None:
-        held = (block, block) if engine.drawn_per_block(job) else (n if local else -(-n // shards), n)
-        checks.append(("n_users", held[0], 1, "one process holding"))
-        if not local and not os.environ.get("RAY_ADDRESS"):
-            checks.append(("n_users", held[1], shards + 1, f"this machine's {shards} shard processes and driver holding"))
+        rounds = job.schedule.rounds
+        drawn = engine.drawn_per_block(job)
+        if local:
+            checks.append(("n_users", block if drawn else n, rounds, 1, "one process holding"))
+        else:
+            checks.append(("n_users", block if drawn else -(-n // shards), 0, 1, "one shard process holding"))
+            if os.environ.get("RAY_ADDRESS"):  # a cluster: shards on their nodes, the records in the driver
+                checks.append(("n_users", 0, rounds, 1, "the driver holding"))
+            else:  # every shard here, and the records twice: in the run's task, then in the driver
+                checks.append(("n_users", min(n, shards * block) if drawn else n, 2 * rounds, shards + 2,
+                               f"this machine's {shards} shard processes, the run's task and the driver holding"))
     budget = MEMORY_MARGIN * memory
-    # One block too large is the dimension's fault; too many users held at once, n's.
-    for field, users, processes, what in checks:
-        needed = int(8 * d * users) + processes * PROCESS_BYTES
+    # One block too large is the dimension's fault; too many users or rounds held at once, n's.
+    for field, users, rounds, processes, what in checks:
+        needed = int(8 * d * users) + RECORD_BYTES * rounds + processes * PROCESS_BYTES
         if needed > budget:
+            held = " and ".join(part for part in (f"{users} users" if users else "",
+                                                  f"{rounds} round records" if rounds else "") if part)
             raise ConfigError(field, run[field],
-                              f"{what} {users} users: their data (d × users × 8 bytes) and {PROCESS_BYTES / 2**20:.0f} "
-                              f"MiB per process take {needed / 2**30:.3g} GiB, more than {MEMORY_MARGIN:.0%} of the "
-                              f"{memory / 2**30:.3g} GiB this machine allows (the least of its memory, its cgroup's "
-                              "limit and RLIMIT_AS): lower problem.dim, n_users or execution.block_size"
+                              f"{what} {held}: their data (d × users × 8 bytes), {RECORD_BYTES} bytes a round record "
+                              f"and {PROCESS_BYTES / 2**20:.0f} MiB per process take {needed / 2**30:.3g} GiB, more "
+                              f"than {MEMORY_MARGIN:.0%} of the {memory / 2**30:.3g} GiB this machine allows (the "
+                              "least of its memory, its cgroup's limit and RLIMIT_AS): lower problem.dim, n_users or "
+                              "execution.block_size, or raise optimizer.batch_size"
                               + ("" if local else ", or run on a cluster (RAY_ADDRESS) with more shards"))
 
 

@@ -58,7 +58,8 @@ def test_a_run_needing_3_gb_in_a_1_5_gib_cgroup_is_refused_with_the_numbers(tmp_
     monkeypatch.setattr(runner, "memory_bytes", lambda: real(root))
     code, lines = _ledger(tmp_path, capsys, 125_000_000, "local")
     assert code == 2 and len(lines) == 1, lines
-    assert lines[0].startswith("config error: n_users = 125000000: one process holding 125000000 users: their data")
+    assert lines[0].startswith("config error: n_users = 125000000: one process holding 125000000 users and 2 round "
+                               "records: their data")
     # 1.25·10⁸ × 3 × 8 bytes = 2.79 GiB, and 0.25 GiB for the process.
     assert "take 3.04 GiB, more than 80% of the 1.5 GiB" in lines[0], lines[0]
     # Sequential SGD asks each user once: its shards hold one block of users at a time, so it fits.
@@ -79,9 +80,39 @@ def test_the_margin_and_every_process_of_a_ray_run_on_this_machine(tmp_path, cap
     code, lines = _ledger(tmp_path, capsys, n, backend, shards)
     if refused:
         assert code == 2 and len(lines) == 1 and lines[0].startswith(f"config error: n_users = {n}:"), lines
-        assert ("shard processes and driver" in lines[0]) == (backend == "ray"), lines[0]
+        assert ("shard processes, the run's task and the driver" in lines[0]) == (backend == "ray"), lines[0]
     else:
         assert code == 0, lines
     if backend == "ray" and refused:  # on a cluster the shards spread over nodes: one shard is checked
         monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
         assert _ledger(tmp_path, capsys, n, backend, shards)[0] == 0
+
+
+@pytest.mark.parametrize("backend", ["local", "ray"])
+def test_round_records_count_a_sequential_run_that_holds_no_users(tmp_path, capsys, monkeypatch, backend):
+    """seq_sgd draws its users per block, but the process that records the run holds every round's
+    record (RECORD_BYTES each, measured): 10⁸ users in rounds of 20 are 5·10⁶ records, 4.77 GiB
+    and a process, above 80% of 4 GiB; in rounds of 50, 2·10⁶ records fit (1.91 GiB and a process;
+    on a Ray instance here, twice the records and 4 processes: 4.81 GiB, refused)."""
+    monkeypatch.setattr(runner, "memory_bytes", lambda: 4 * GIB)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+    def ledger(batch_size: int) -> tuple[int, list[str]]:
+        tree = {"problem": {"name": "quadratic", "dim": 3, "radius": 1.0}, "n_users": 10**8,
+                "optimizer": {"name": "seq_sgd", "batch_size": batch_size},
+                "execution": {"backend": backend, "shards": 2}}
+        (tmp_path / "config.yaml").write_text(yaml.safe_dump(tree))
+        return cli.main(["ledger", str(tmp_path / "config.yaml")]), capsys.readouterr().err.strip().splitlines()
+
+    code, lines = ledger(20)
+    assert code == 2 and len(lines) == 1, lines
+    what = "one process holding 4096 users and 5000000 round records" if backend == "local" else \
+        "this machine's 2 shard processes, the run's task and the driver holding 8192 users and 10000000 round records"
+    assert lines[0].startswith(f"config error: n_users = 100000000: {what}: "), lines[0]
+    assert f"{runner.RECORD_BYTES} bytes a round record" in lines[0] and "of the 4 GiB" in lines[0], lines[0]
+    assert ("take 5.02 GiB" if backend == "local" else "take 10.5 GiB") in lines[0], lines[0]
+    code, lines = ledger(50)
+    assert (code, len(lines)) == ((0, 0) if backend == "local" else (2, 1)), lines
+    if backend == "ray":  # on a cluster the driver holds the records once, the shards one block each
+        monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+        assert ledger(50)[0] == 0

@@ -99,7 +99,7 @@ def _mlflow_runs(uri: str, experiment: str, run_id: str) -> list:
 # (id, config text or bytes, --set overrides, field, rule fragments). Each is refused by `run`.
 REFUSED = [
     ("full_gd-1e9-rounds", SMALL, ["optimizer.name=full_gd", "optimizer.rounds=1e9"], "optimizer.rounds",
-     ["≤ 10000000", "10⁷ planned rounds"]),
+     ["≤ 10000000", "at most 10⁷ rounds"]),
     ("seq_sgd-1e15-users", SMALL, ["optimizer.name=seq_sgd", "n_users=1e15"], "n_users", ["≤ 10000000000"]),
     ("planned-rounds-cap", SMALL, ["optimizer.name=seq_sgd", "optimizer.batch_size=1", "n_users=2e7"],
      "optimizer.batch_size", ["plans 20000000 rounds", "cap of 10000000"]),
