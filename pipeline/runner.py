@@ -545,6 +545,7 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
 
     Raises:
       RuntimeError: the executed rounds differ from the planned ledger.
+      LedgerError: the ledger, re-derived in a separate process, differs or misses the target.
       FloatingPointError: a NaN or infinity in the results.
     """
     import pandas as pd
@@ -612,7 +613,7 @@ def _check_rederived(planned: PlannedRun, ledger: PrivacyLedger, ledger_json: di
 
     if not ledger.rebuildable():
         return
-    verdict = rederive(json.loads(json.dumps(ledger_json)))
+    verdict = rederive(ledger_json)
     target = ledger_json["target"]
     if "error" in verdict:
         raise LedgerError(f"the ledger could not be re-derived in a separate process: {verdict['error']}")

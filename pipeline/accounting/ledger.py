@@ -427,7 +427,6 @@ class PrivacyLedger:
             "accounting": modes,
         }
 
-
     def rebuildable(self) -> bool:
         """Whether `from_dict` can rebuild this ledger: all its events are this package's."""
         return all(type(event).__module__ == event_classes.__name__
