@@ -369,7 +369,10 @@ def _apply_override(tree: dict[str, Any], item: str) -> None:
         if not isinstance(child, dict):
             raise ConfigError(part, child, "must be a mapping")
         node = child
-    node[leaf] = value
+    if value is None:  # `--set key=null` takes the field out of the config: its default applies
+        node.pop(leaf, None)
+    else:
+        node[leaf] = value
 
 
 def _refuse_duplicate_keys(node: yaml.Node, prefix: str, visited: set[int], source: str) -> None:

@@ -39,6 +39,15 @@ def test_grid_times_seeds_and_overrides(tmp_path):
     assert len({r.config_hash for r in runs}) == 12 and len({r.run_id for r in runs}) == 24
 
 
+def test_set_null_unsets_a_field_so_its_default_applies(tmp_path):
+    """`--set key=null` was stored as None and refused ("must be an integer ≥ 1"): it unsets."""
+    path = _write(tmp_path, GOOD.replace("{name: seq_sgd}", "{name: seq_sgd, batch_size: 7}"))
+    (run, _) = config.expand(config.read_config(path, ["optimizer.batch_size=null", "execution.shards=null"]))
+    (default, _) = config.expand(config.read_config(path, []))
+    assert default["optimizer.batch_size"] == 7 and default["execution.shards"] == 2
+    assert run["optimizer.batch_size"] is None and run["execution.shards"] == config.FIELDS["execution.shards"].default
+
+
 def test_defaults_fill_unset_fields(tmp_path):
     (run,) = config.expand(config.read_config(_write(tmp_path, "experiment: e\n")))
     assert run["tracking.out"] == "results/e" and run["tracking.mlflow_uri"] == "sqlite:///mlflow.db"
