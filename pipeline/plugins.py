@@ -166,14 +166,25 @@ def check_name(kind: str, name: Any) -> str:
     raise PluginError(f"must be one of {', '.join(short_names(kind))}, or module:Class")
 
 
-@functools.cache
 def resolve(kind: str, name: str) -> type:
+    """The class a config's name stands for, checked against its contract (see `_resolve`).
+    A file path is read from the working directory: it is remembered per directory, so that
+    the same relative name in another folder (a notebook that changes directory) finds that
+    folder's file."""
+    relative = isinstance(name, str) and name.rpartition(":")[0].endswith(".py") and \
+        not os.path.isabs(name.rpartition(":")[0])
+    return _resolve(kind, name, os.getcwd() if relative else None)
+
+
+@functools.cache
+def _resolve(kind: str, name: str, folder: str | None) -> type:
     """The class a config's name stands for, checked against its contract.
 
     Args:
       kind: "problem", "protocol" or "optimizer".
       name: a built-in short name, an entry point's name, "package.module:Class"
         (importable, or from the working directory), or "path/to/file.py:Class".
+      folder: the working directory a relative file path is read from (the cache's key only).
 
     Returns:
       The class.
@@ -228,3 +239,6 @@ def source_files(named: dict[str, tuple[str, str]]) -> dict[str, dict[str, str]]
         path = pathlib.Path(inspect.getfile(module)).resolve()
         found[field] = {"name": name, "file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
     return found
+
+
+resolve.cache_clear = _resolve.cache_clear  # what a test or notebook calls to forget the classes found

@@ -100,10 +100,9 @@ def test_a_plugin_that_patches_the_ledger_fails_its_run_through_the_public_comma
         patch, tmp_path, capsys, monkeypatch, restored_ledger_class):
     code, words = PATCHES[patch]
     monkeypatch.chdir(tmp_path)
-    # A file name of its own per case: plug-ins are resolved once per name in a process.
-    (tmp_path / f"patches_{patch}.py").write_text("from pipeline.accounting.ledger import PrivacyLedger\n" + code +
+    (tmp_path / "patches.py").write_text("from pipeline.accounting.ledger import PrivacyLedger\n" + code +
                                          "from pipeline.problems.quadratic import Quadratic as Patched\n")
-    config = {"experiment": "patched", "problem": {"name": f"patches_{patch}.py:Patched", "dim": 3, "radius": 1.0},
+    config = {"experiment": "patched", "problem": {"name": "patches.py:Patched", "dim": 3, "radius": 1.0},
               "n_users": 2000, "optimizer": {"name": "full_gd"}, "privacy": {"epsilon": 4.0, "delta": 0.3},
               "execution": {"backend": "local", "shards": 2},
               "tracking": {"mlflow_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "out": str(tmp_path / "out")}}

@@ -365,3 +365,18 @@ def test_plans_are_remembered_per_budget_unless_a_plugin_plan_reads_the_round(tm
         assert (protocol.__dict__["_plans"] is not None) == remembered
         for plan in plans:  # what a shard gets equals what the driver planned for that round
             assert protocol.planned(plan, 5) == protocol.plan(plan, 5)
+
+
+def test_a_relative_plugin_file_is_found_in_each_working_directory(tmp_path, monkeypatch):
+    """The classes found were remembered by name alone: `mine.py:Mine` in a second folder (a
+    notebook that changes directory) gave the first folder's class."""
+    for folder, marker in (("a", 1), ("b", 2)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "mine.py").write_text(
+            "from pipeline.problems.quadratic import Quadratic\n\n\n"
+            f"class Mine(Quadratic):\n    marker = {marker}\n")
+    found = []
+    for folder in ("a", "b", "a"):
+        monkeypatch.chdir(tmp_path / folder)
+        found.append(plugins.resolve("problem", "mine.py:Mine").marker)
+    assert found == [1, 2, 1]
