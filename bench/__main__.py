@@ -8,7 +8,7 @@ import platform
 import time
 
 # name → module of bench/ with run(size) -> {figure: value}; imported when it runs.
-BENCHMARKS = ("rounds", "scaling", "tracking", "memory", "pvec_tight", "composition", "shuffle_gaussian",
+BENCHMARKS = ("rounds", "fused", "scaling", "tracking", "memory", "pvec_tight", "composition", "shuffle_gaussian",
               "protocols", "startup", "datasets", "read_per_core", "audit")
 
 

@@ -106,12 +106,14 @@ def test_different_seeds_give_different_runs():
 
 
 class _CountingPool(LocalPool):
-    """Counts, per user, how many rounds read that user's data."""
+    """Counts, per user, how many rounds read that user's data (on the Python path: the fused
+    rounds are its twin, checked round by round in tests/test_fused.py)."""
 
     def __init__(self, job, shards):
         super().__init__(job, shards)
         self.uses = np.zeros(job.n_users, dtype=int)
         for shard in self.shards:
+            shard._fused = False
             original = shard._input_chunks
 
             def spy(plan, theta, users, block, original=original, offset=shard.first_user):
@@ -163,7 +165,7 @@ def test_users_send_the_gradient_of_their_phase_envelope():
     betas = sorted({plan.smoothing for plan in plans})
     assert len(betas) == len(job.optimizer.phases) and betas[0] > 0  # one β per phase, re-smoothed
     shard, theta = Shard(job, 0, job.layout.n_blocks), np.array([0.2, -0.1, 0.3])
-    data = np.concatenate([shard._draw(block) for block in range(job.layout.n_blocks)], axis=1)  # every user
+    data = np.concatenate([shard.draw_block(block) for block in range(job.layout.n_blocks)], axis=1)  # every user
     for plan in (plans[0], plans[-1]):
         block = plan.first_user // job.block_size  # the round's users in its first block
         users = slice(plan.first_user, min(plan.stop_user, job.layout.block_users(block)[1]))

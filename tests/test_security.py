@@ -45,7 +45,7 @@ def test_no_raw_or_per_user_value_and_no_user_id_leaves_the_shards(tmp_path, mon
     (planned, *_) = [runner.plan_run(run) for run in config.expand(config.read_config(path))]
     layout = planned.job.layout
     shard = Shard(planned.job, 0, layout.n_blocks)  # the users' points, regenerated from the seed
-    raw = np.concatenate([shard._draw(block) for block in shard.blocks], axis=1)
+    raw = np.concatenate([shard.draw_block(block) for block in shard.blocks], axis=1)
     theta0 = np.zeros(3)
     secrets = set(raw.ravel()) | set((theta0[:, None] - raw).ravel())  # raw points and first-round gradients
     secrets.discard(0.0)

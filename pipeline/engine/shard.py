@@ -68,7 +68,7 @@ class Shard:
             self.data = np.empty((job.problem.data_dim, self.stop_user - self.first_user))
             for block in self.blocks:
                 first, stop = layout.block_users(block)
-                self.data[:, first - self.first_user: stop - self.first_user] = self._draw(block)
+                self.data[:, first - self.first_user: stop - self.first_user] = self.draw_block(block)
         else:  # each block's users' record counts, then their records, from the block's own streams
             counts = []
             for block in self.blocks:
@@ -92,12 +92,13 @@ class Shard:
         self._work = job.protocol.workspace(self._step, self.dim)
 
         self._drawn: tuple[int, np.ndarray] | None = None  # (block, its users' data): the block drawn last
+        self._fused = None  # the compiled rounds (False: none for this job), built at the first carried rounds
 
     def users(self) -> int:
         """How many users this shard holds (also a readiness probe for actors)."""
         return self.stop_user - self.first_user
 
-    def _draw(self, block: int) -> np.ndarray:
+    def draw_block(self, block: int) -> np.ndarray:
         """A block's users' data, from the block's own stream: the same whenever and wherever drawn."""
         first, stop = self.job.layout.block_users(block)
         return self.job.problem.sample(self.streams(DATA_STREAM, block), stop - first)
@@ -108,7 +109,7 @@ class Shard:
         if self.data is not None:
             return self.data, 0
         if self._drawn is None or self._drawn[0] != block:
-            self._drawn = (block, self._draw(block))
+            self._drawn = (block, self.draw_block(block))
         return self._drawn[1], self.job.layout.block_users(block)[0] - self.first_user
 
     def _input_chunks(self, plan: RoundPlan, theta: np.ndarray, users: slice | np.ndarray, block: int):
@@ -278,7 +279,8 @@ class Shard:
         return self.job.protocol.merge(present) if present else None
 
     def run_rounds(self, state: Any, start: int, stop: int) -> tuple[Any, RoundRecords]:
-        """Runs rounds whose users all live here, without a trip to the driver.
+        """Runs rounds whose users all live here, without a trip to the driver: compiled
+        (pipeline.engine.fused) when the run has a fused twin, else `python_rounds`.
 
         Args:
           state: the optimizer state before round `start`.
@@ -287,6 +289,16 @@ class Shard:
         Returns:
           (state, records), as execute_rounds.
         """
+        if self._fused is None:
+            from pipeline.engine.fused import fused_rounds  # it builds on this module
+
+            self._fused = fused_rounds(self) or False
+        if self._fused:
+            return self._fused.run(state, start, stop)
+        return self.python_rounds(state, start, stop)
+
+    def python_rounds(self, state: Any, start: int, stop: int) -> tuple[Any, RoundRecords]:
+        """run_rounds in Python, numpy call by numpy call: the reference of the fused rounds."""
         def collect(plan, params, theta):
             protocol = self.job.protocol
             return protocol.finish(params, self.partial_counts(plan, params, theta),

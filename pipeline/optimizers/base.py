@@ -112,6 +112,16 @@ class Schedule:
     def rounds(self) -> int:
         return self._total
 
+    @property
+    def group_starts(self) -> tuple[int, ...]:
+        """The first round of each group."""
+        return self._starts
+
+    def group_of(self, round_index: int) -> tuple[RoundGroup, int]:
+        """The group a round belongs to, and the group's first round."""
+        at = bisect.bisect_right(self._starts, round_index) - 1
+        return self.groups[at], self._starts[at]
+
     def plan(self, round_index: int) -> RoundPlan:
         """The plan of one round.
 

@@ -13,9 +13,16 @@ from pipeline.errors import ConfigError, shown
 from pipeline.options import Option
 
 
+def squared_norm(vector: np.ndarray) -> float:
+    """‖v‖₂² as numpy's pairwise sum of the squares: the same bits on every CPU (BLAS's ddot,
+    behind `v @ v`, changes its last bits with the kernel), and what the fused rounds
+    (pipeline.engine.fused) compute."""
+    return float(np.add.reduce(vector * vector))
+
+
 def ball_projection(theta: np.ndarray, radius: float) -> np.ndarray:
     """The Euclidean projection onto {‖θ‖₂ ≤ radius}."""
-    norm = math.sqrt(theta @ theta)  # np.linalg.norm's own formula for a vector, without its dispatch
+    norm = math.sqrt(squared_norm(theta))
     return theta if norm <= radius else theta * (radius / norm)
 
 

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from pipeline.problems.base import Problem, ball_projection
+from pipeline.problems.base import Problem, ball_projection, squared_norm
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,8 +79,8 @@ class Quadratic(Problem):
 
     def population_loss(self, theta: np.ndarray) -> float:
         gap = theta - self.optimum
-        return 0.5 * float(gap @ gap) + 0.5 * self.spread**2
+        return 0.5 * squared_norm(gap) + 0.5 * self.spread**2
 
     def excess_loss(self, theta: np.ndarray) -> float:
         gap = theta - self.optimum
-        return 0.5 * float(gap @ gap)
+        return 0.5 * squared_norm(gap)

@@ -323,6 +323,13 @@ class Protocol(abc.ABC):
         """Buffers a shard reuses across chunks of at most `users` users (None: none needed)."""
         return None
 
+    def fused_encoding(self, params: Any) -> tuple | None:
+        """The constants of a call's compiled twin (pipeline.engine.fused), or None: the
+        engine runs the call in Python. Only P_vec in exact mode has one; a protocol that
+        returns one promises that the twin reproduces its encode_block, finish, decode and
+        released_count bit for bit."""
+        return None
+
     def check_call(self, params: Any, literal: bool) -> None:
         """Refuses a planned call the engine cannot run (a sampler's limit, too many literal messages).
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import attr
 import numpy as np
@@ -29,7 +29,7 @@ import numpy as np
 from pipeline import accounting as privacy  # submodules load on first use: shards never import dp_accounting
 from pipeline.accounting import pvec_tight
 from pipeline.protocols.base import PlanError, Protocol
-from pipeline.protocols.sampling import binomial_above_floor, noise_sampler, split_mean
+from pipeline.protocols.sampling import MAX_TRIALS_PER_DRAW, binomial_above_floor, noise_sampler, split_mean
 
 # The exact sampler keeps 256·g in 32 bits (see _rounded_sum).
 MAX_PRECISION = 2**24 - 1
@@ -488,6 +488,35 @@ def literal_messages(params: PvecParams) -> int:
     return params.users * params.messages_per_user
 
 
+class FusedEncoding(NamedTuple):
+    """The constants of a P_vec call as its compiled twin uses them (pipeline.engine.fused_kernel),
+    each computed as the Python path computes it.
+
+    Attributes:
+      scale_bound: (g/Δ·256)·Δ₂, the clip-and-scale numerator and the shift (_shift_and_scale).
+      bound: Δ₂.
+      top: 256·g, the clamp.
+      b_noise, p: the noise bits per user and coordinate and their probability.
+      whole, fraction: n·b_noise·p split exactly (finish).
+      decode_scale: Δ/g (decode).
+      shift: n·Δ₂ (decode).
+    """
+
+    scale_bound: float
+    bound: float
+    top: float
+    b_noise: int
+    p: float
+    whole: int
+    fraction: float
+    decode_scale: float
+    shift: float
+
+
+# What the compiled twin reproduces: a subclass overriding one of these keeps the Python path.
+_TWINNED = ("plan", "planned", "encode_block", "finish", "decode", "released_count")
+
+
 class CjmpVec(Protocol):
     """P_vec of seed 000 (Algorithm 2, Theorem 3.2) as the engine drives it.
 
@@ -556,6 +585,20 @@ class CjmpVec(Protocol):
 
     def workspace(self, users: int, dim: int) -> RoundingWorkspace:
         return RoundingWorkspace(users, dim)
+
+    def fused_encoding(self, params: PvecParams) -> FusedEncoding | None:
+        """The call's constants for the compiled twin; None for a subclass that changes what it
+        reproduces, robust mode, or a call outside its integer range (one exact binomial draw)."""
+        if any(getattr(type(self), name) is not getattr(CjmpVec, name) for name in _TWINNED):
+            return None
+        trials = params.users * params.b_noise
+        if params.g > MAX_PRECISION or params.honest_users is not None or trials > MAX_TRIALS_PER_DRAW:
+            return None
+        whole, fraction = split_mean(trials, params.p)
+        scale = params.g / params.value_range * _BYTE  # as _shift_and_scale(params, vectors, _BYTE)
+        return FusedEncoding(scale * params.norm_bound, params.norm_bound, float(params.g * _BYTE), params.b_noise,
+                             params.p, whole, fraction, params.value_range / params.g,
+                             params.users * params.norm_bound)
 
     def check_call(self, params: PvecParams, literal: bool) -> None:
         """Refuses a precision beyond the exact sampler and literal calls too large to materialize."""

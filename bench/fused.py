@@ -1,0 +1,39 @@
+"""Fused sequential rounds (pipeline.engine.fused) against the Python rounds they twin."""
+from __future__ import annotations
+
+from bench.timing import best_times, full_gd_tree, planned_run, sized
+from pipeline.engine.shard import Shard
+
+DIM = 10
+
+
+def run(size: str = "quick") -> dict[str, float]:
+    """seq_sgd on the quadratic (d = 10, ε = 1, tight: rounds of 51 users), one shard holding
+    every user: the same rounds fused and in Python from the same start, interleaved, best of N.
+
+    Args:
+      size: one of bench.timing.SIZES.
+
+    Returns:
+      name → value: µs per round each way, their ratio, and the share of the fused rounds'
+      time spent drawing the users (numpy's normals, the same on both paths).
+    """
+    tree = full_gd_tree(sized(size, 20_000, 10**6, 10**7), DIM, rounds=1)
+    tree["optimizer"] = {"name": "seq_sgd"}
+    tree["privacy"]["accounting"] = "tight"
+    job = planned_run(tree).job
+    shard = Shard(job, 0, job.layout.n_blocks)
+    start = job.optimizer.start(job.seed)
+    rounds = min(job.schedule.rounds, sized(size, 300, 10_000, 100_000))
+    python_rounds = max(1, rounds // 10)  # 10x fewer: the Python path is the slow side
+    users = rounds * job.optimizer.batch_size
+    blocks = range(-(-users // job.block_size))
+    shard.run_rounds(start, 0, 1)  # numba compiles or loads its cache outside the timing
+    times = best_times({"fused": lambda: shard.run_rounds(start, 0, rounds),
+                        "python": lambda: shard.python_rounds(start, 0, python_rounds),
+                        "draw": lambda: [shard.draw_block(block) for block in blocks]},
+                       repeats=sized(size, 1, 3, 3))
+    fused_us = times["fused"] / rounds * 1e6
+    python_us = times["python"] / python_rounds * 1e6
+    return {"seq_round_us_fused": fused_us, "seq_round_us_python": python_us,
+            "fused_vs_python": python_us / fused_us, "fused_users_drawn_share": times["draw"] / times["fused"]}

@@ -1,0 +1,133 @@
+"""Fused sequential rounds: a shard's carried rounds of P_SGD (seq_sgd) with P_vec in
+exact mode on the quadratic problem, run as one compiled function per window of rounds
+instead of ~22 numpy calls a round (shared/DESIGN.md §5, "Fast paths are twins of the
+reference path").
+
+The compiled rounds (pipeline.engine.fused_kernel) are a twin of `Shard.python_rounds`:
+the same counter-based streams drawn in the same order (pipeline.engine.fused_kernel) and the
+same float operations in the same order, so every round's θ, estimate and losses are
+bit-identical to the Python path's, on any CPU (tests/test_fused.py checks them round by
+round). Anything else (a plug-in or subclass, another problem, protocol or optimizer,
+sampled users, dropouts, records, smoothing) keeps the Python path: `fused_rounds` says None.
+
+A record's `seconds` is its window's time divided by its rounds (timing each round inside
+the compiled loop would slow it).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from pipeline.engine.layout import ROUND_STREAM, counter, run_key
+from pipeline.engine.rounds import RoundRecord, RoundRecords
+from pipeline.engine.shard import chunk_users, drawn_per_block
+from pipeline.errors import NonFiniteError
+from pipeline.optimizers.averaged import AveragedProjectedDescent, AveragedState
+from pipeline.optimizers.base import RoundGroup
+from pipeline.problems.quadratic import Quadratic
+from pipeline.protocols.base import GRADIENTS
+
+# What a group must leave at its defaults to be fused: every user of a contiguous batch
+# sends one gradient, with no sampling, dropouts, records, smoothing or fixed noise.
+_PLAIN = RoundGroup(rounds=1, users=1, first_user=0, user_stride=1, epsilon=1.0, delta=0.0, norm_bound=1.0)
+_PLAIN_FIELDS = ("folds", "sampling", "sample_size", "rate", "noise_std", "noisy_max", "honest_fraction",
+                 "smoothing", "records_per_round", "per_record", "records_min")
+# The optimizer methods the compiled rounds reproduce (a subclass overriding one keeps Python).
+_STATE_METHODS = ("init", "start", "query", "update", "output")
+
+
+def fusable(job: Any) -> bool:
+    """Whether a job's carried rounds have a compiled twin: exactly P_SGD's averaged
+    projected steps, exactly the quadratic problem, a protocol with a `fused_encoding`
+    for every group's call (P_vec in exact mode), users drawn per block, and plain
+    sequential groups.
+
+    Args:
+      job: the RunJob.
+    """
+    optimizer = type(job.optimizer)
+    if not (issubclass(optimizer, AveragedProjectedDescent)
+            and all(getattr(optimizer, name) is getattr(AveragedProjectedDescent, name) for name in _STATE_METHODS)):
+        return False
+    if type(job.problem) is not Quadratic or job.simulation != "exact" or not drawn_per_block(job):
+        return False
+    schedule = job.schedule
+    plain = all(group.user_stride == group.users and all(getattr(group, name) == getattr(_PLAIN, name)
+                                                         for name in _PLAIN_FIELDS) for group in schedule.groups)
+    return plain and schedule.inputs == GRADIENTS and all(
+        job.protocol.fused_encoding(job.protocol.planned(schedule.plan(first), job.problem.dim)) is not None
+        for first in schedule.group_starts)
+
+
+class FusedRounds:
+    """A shard's compiled rounds.
+
+    Args:
+      shard: the Shard whose users answer (its `draw_block` gives a block's users).
+    """
+
+    def __init__(self, shard):
+        from pipeline.engine import fused_kernel  # numba compiles (or loads its cache) only for fused runs
+
+        self._kernel = fused_kernel
+        self._shard = shard
+        self._job = shard.job
+        self._key = run_key(shard.job.seed)
+        self._counter = counter(ROUND_STREAM, 0, 0)  # rewritten by the kernel for every (round, block)
+        self._generator = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
+        self._last_block: tuple[int, np.ndarray] | None = None  # a round may straddle it and the next
+
+    def _window(self, first_user: int, stop_user: int) -> tuple[np.ndarray, int]:
+        """The data of the whole blocks holding users [first_user, stop_user), and its first user."""
+        size = self._job.block_size
+        blocks = range(first_user // size, (stop_user - 1) // size + 1)
+        drawn = [self._last_block[1] if self._last_block and self._last_block[0] == block
+                 else self._shard.draw_block(block) for block in blocks]
+        self._last_block = (blocks[-1], drawn[-1])
+        return (drawn[0] if len(drawn) == 1 else np.concatenate(drawn, axis=1)), blocks[0] * size
+
+    def run(self, state: AveragedState, start: int, stop: int) -> tuple[AveragedState, RoundRecords]:
+        """Rounds [start, stop), as Shard.python_rounds, window by window: the rounds that
+        start in one block (their users end at most one block further on).
+
+        Raises:
+          NonFiniteError: as the Python path (which runs the failing round to say it).
+        """
+        job, schedule = self._job, self._job.schedule
+        problem = job.problem
+        theta, theta_sum, steps = state.theta.copy(), state.theta_sum.copy(), np.array([state.steps], np.int64)
+        records = RoundRecords()
+        round_index = start
+        while round_index < stop:
+            group, group_start = schedule.group_of(round_index)
+            batch = group.users
+            first_user = group.first_user + (round_index - group_start) * batch
+            block_stop = (first_user // job.block_size + 1) * job.block_size
+            end = min(stop, group_start + group.rounds, round_index + -(-(block_stop - first_user) // batch))
+            data, data_first = self._window(first_user, first_user + (end - round_index) * batch)
+            params = job.protocol.planned(schedule.plan(round_index), problem.dim)
+            excess, population = np.empty(end - round_index), np.empty(end - round_index)
+            began = time.perf_counter()
+            done = self._kernel.rounds(
+                theta, theta_sum, steps, data, data_first, self._key, self._counter, self._generator,
+                round_index, end - round_index, first_user, batch, job.block_size, chunk_users(problem.dim),
+                *job.protocol.fused_encoding(params), job.optimizer.step_size, problem.radius,
+                np.asarray(problem.optimum), 0.5 * problem.spread**2, excess, population)
+            seconds = (time.perf_counter() - began) / max(done, 1)
+            records.extend(RoundRecord(index, user, user + batch, params, batch, loss, whole, seconds)
+                           for index, user, loss, whole in zip(range(round_index, round_index + done),
+                                                               range(first_user, first_user + done * batch, batch),
+                                                               excess[:done].tolist(), population[:done].tolist()))
+            round_index += done
+            if round_index < end:  # a non-finite value: the Python round says which, and raises
+                self._shard.python_rounds(AveragedState(theta, theta_sum, int(steps[0])), round_index,
+                                          round_index + 1)
+                raise NonFiniteError(f"round {round_index}: a non-finite value that the Python round did not find")
+        return AveragedState(theta, theta_sum, int(steps[0])), records
+
+
+def fused_rounds(shard) -> FusedRounds | None:
+    """The shard's compiled rounds, or None when its job keeps the Python path (`fusable`)."""
+    return FusedRounds(shard) if fusable(shard.job) else None

@@ -1,0 +1,302 @@
+"""The compiled body of the fused rounds (pipeline.engine.fused): numpy's Philox4x64-10
+generator, its uniforms and its binomial sampler, bit for bit, and one window of P_SGD
+rounds with P_vec on the quadratic problem, operation for operation as the Python path.
+
+Each step names the reference it reproduces. numba compiles at first use and caches the
+machine code next to this file (or under NUMBA_CACHE_DIR). Its cache is keyed by this
+file alone, not by what it calls: the generator lives here too, so that an edit to it
+can never leave a cached kernel built from the old one.
+
+The generator's state is one uint64 array of STATE_WORDS words, as numpy's
+`philox_state`: the counter (4), the key (2), the buffer of the last block's four outputs
+(4) and the position in it (1). Philox: Salmon, Moraes, Dror & Shaw, "Parallel random
+numbers: as easy as 1, 2, 3" (SC 2011); numpy increments the counter before each block.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+# numba's twin of numpy's BTPE (the Generator path), built over any next_double: the
+# rejection scaffolding and the squeeze constants follow the installed numpy.
+from numba.cpython._binomial import make_binomial_btpe
+from numba.np.random.distributions import _binomial_btpe_squeeze
+
+
+# --- the generator ----------------------------------------------------------------------
+
+STATE_WORDS = 11
+_COUNTER, _KEY, _BUFFER, _POSITION = 0, 4, 6, 10
+
+_M0 = np.uint64(0xD2E7470EE14C6C93)
+_M1 = np.uint64(0xCA5A826395121157)
+_W0 = np.uint64(0x9E3779B97F4A7C15)
+_W1 = np.uint64(0xBB67AE8584CAA73B)
+_LOW32 = np.uint64(0xFFFFFFFF)
+_32 = np.uint64(32)
+_ONE = np.uint64(1)
+
+
+@njit(cache=True, inline="always")
+def _mulhilo(a, b):
+    """(high, low) 64-bit words of the 128-bit product a·b (no 128-bit integers in numba)."""
+    a_lo, a_hi = a & _LOW32, a >> _32
+    b_lo, b_hi = b & _LOW32, b >> _32
+    lo_lo = a_lo * b_lo
+    hi_lo = a_hi * b_lo
+    cross = (lo_lo >> _32) + (hi_lo & _LOW32) + a_lo * b_hi
+    high = a_hi * b_hi + (hi_lo >> _32) + (cross >> _32)
+    return high, a * b
+
+
+@njit(cache=True)
+def _next_block(state):
+    """Advances the counter by one (with carry) and fills the buffer with Philox4x64-10 of it."""
+    for word in range(4):
+        state[_COUNTER + word] += _ONE
+        if state[_COUNTER + word] != 0:
+            break
+    c0, c1, c2, c3 = state[0], state[1], state[2], state[3]
+    k0, k1 = state[_KEY], state[_KEY + 1]
+    for step in range(10):
+        if step:
+            k0 += _W0
+            k1 += _W1
+        hi0, lo0 = _mulhilo(_M0, c0)
+        hi1, lo1 = _mulhilo(_M1, c2)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+    state[_BUFFER], state[_BUFFER + 1], state[_BUFFER + 2], state[_BUFFER + 3] = c0, c1, c2, c3
+    state[_POSITION] = 0
+
+
+@njit(cache=True)
+def next_uint64(state):
+    """The next raw 64-bit output (numpy's `random_raw`)."""
+    if state[_POSITION] >= 4:
+        _next_block(state)
+    out = state[_BUFFER + state[_POSITION]]
+    state[_POSITION] += _ONE
+    return out
+
+
+@njit(cache=True)
+def next_double(state):
+    """The next uniform double on [0, 1) (numpy's `random()`: the top 53 bits)."""
+    return np.float64(next_uint64(state) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@njit(cache=True)
+def rekey(state, key, counter):
+    """Sets `state` to a new generator's: the run's key, the stream's first counter, an
+    empty buffer (Streams.__call__ in pipeline.engine.layout)."""
+    for word in range(4):
+        state[_COUNTER + word] = counter[word]
+    state[_KEY], state[_KEY + 1] = key[0], key[1]
+    state[_POSITION] = 4
+
+
+_btpe = make_binomial_btpe(next_double, _binomial_btpe_squeeze)
+
+
+@njit(cache=True)
+def _inversion(state, n, p):
+    """numpy's random_binomial_inversion: Binomial(n, p) for n·p ≤ 30, p ≤ ½."""
+    q = 1.0 - p
+    qn = np.exp(n * np.log(q))
+    mean = n * p
+    bound = min(n, mean + 10.0 * np.sqrt(mean * q + 1))
+    x = 0
+    px = qn
+    u = next_double(state)
+    while u > px:
+        x += 1
+        if x > bound:
+            x = 0
+            px = qn
+            u = next_double(state)
+        else:
+            u -= px
+            px = ((n - x + 1) * p * px) / (x * q)
+    return x
+
+
+@njit(cache=True)
+def binomial(state, n, p):
+    """One Binomial(n, p) draw, as `Generator.binomial(n, p)` (numpy's random_binomial)."""
+    if n == 0 or p == 0.0:
+        return 0
+    if p <= 0.5:
+        return _inversion(state, n, p) if p * n <= 30.0 else _btpe(state, n, p)
+    q = 1.0 - p
+    return n - (_inversion(state, n, q) if q * n <= 30.0 else _btpe(state, n, q))
+
+
+# --- the rounds -------------------------------------------------------------------------
+
+_BYTE_MASK = np.uint64(0xFF)
+
+
+@njit(cache=True)
+def _block_sum(values, first, count):
+    """numpy's pairwise sum of at most 128 elements: 8 accumulators, combined as a tree."""
+    if count < 8:
+        total = 0.0
+        for index in range(count):
+            total += values[first + index]
+        return total
+    partial = values[first: first + 8].copy()
+    index = 8
+    while index < count - count % 8:
+        for lane in range(8):
+            partial[lane] += values[first + index + lane]
+        index += 8
+    total = ((partial[0] + partial[1]) + (partial[2] + partial[3])) + ((partial[4] + partial[5]) + (partial[6] + partial[7]))
+    while index < count:
+        total += values[first + index]
+        index += 1
+    return total
+
+
+@njit(cache=True)
+def pairwise_sum(values, first, count):
+    """numpy's pairwise sum of values[first: first + count] (np.add.reduce of a contiguous
+    float64 array): blocks of at most 128 elements, halves (a multiple of 8 on the left)
+    above. numpy recurses; this walks the same tree with a stack (numba cannot load a
+    recursive function from its cache)."""
+    if count <= 128:
+        return _block_sum(values, first, count)
+    firsts, counts, visits = np.empty(64, np.int64), np.empty(64, np.int64), np.zeros(64, np.int64)
+    sums = np.empty(64)
+    firsts[0], counts[0], top, held = first, count, 0, 0
+    while top >= 0:
+        node_first, node_count = firsts[top], counts[top]
+        if node_count <= 128:
+            sums[held] = _block_sum(values, node_first, node_count)
+            held += 1
+            top -= 1
+            continue
+        half = node_count // 2
+        half -= half % 8
+        visits[top] += 1
+        if visits[top] == 1:  # the left half first
+            top += 1
+            firsts[top], counts[top], visits[top] = node_first, half, 0
+        elif visits[top] == 2:
+            top += 1
+            firsts[top], counts[top], visits[top] = node_first + half, node_count - half, 0
+        else:  # both halves summed: left + right
+            held -= 1
+            sums[held - 1] += sums[held]
+            top -= 1
+    return sums[0]
+
+
+@njit(cache=True)
+def _rounded_chunk(theta, data, column, users, state, scale_bound, bound, top, scaled, ties, rounded):
+    """cjmp._rounded_sum of one chunk of users (data columns [column, column + users)), added
+    to `rounded`; False if a gradient is not finite (Shard._compute raises on it).
+
+    Gradients θ − x (Quadratic.gradients); norms summed coordinate by coordinate (einsum
+    "ij,ij->j"); the clip-and-scale factor, shift and clamp of cjmp._shift_and_scale; the
+    fixed point T + U with one random byte U per coordinate, bytes in (coordinate, user)
+    order from ⌈size/8⌉ raw outputs; then one uniform per tie, in that order.
+    """
+    dim = theta.size
+    for user in range(users):
+        total = 0.0
+        for coordinate in range(dim):
+            gradient = theta[coordinate] - data[coordinate, column + user]
+            if not np.isfinite(gradient):
+                return False
+            scaled[coordinate * users + user] = gradient
+            total += gradient * gradient
+        factor = scale_bound / max(np.sqrt(total), bound)
+        for coordinate in range(dim):
+            value = scaled[coordinate * users + user] * factor + scale_bound
+            scaled[coordinate * users + user] = min(max(value, 0.0), top)
+    tie_count = 0
+    raw = np.uint64(0)
+    for index in range(dim * users):
+        if index % 8 == 0:
+            raw = next_uint64(state)
+        fixed = np.uint64(np.uint32(scaled[index])) + ((raw >> np.uint64(8 * (index % 8))) & _BYTE_MASK)
+        if fixed & _BYTE_MASK == _BYTE_MASK:
+            ties[tie_count] = index
+            tie_count += 1
+        rounded[index // users] += np.int64(fixed >> np.uint64(8))
+    for tie in range(tie_count):
+        value = scaled[ties[tie]]
+        if next_double(state) >= 1.0 - (value - np.floor(value)):
+            rounded[ties[tie] // users] += 1
+    return True
+
+
+@njit(cache=True)
+def rounds(theta, theta_sum, steps, data, data_first, key, counter, state, start, count, first_user, batch,
+           block_size, chunk, scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift,
+           step_size, radius, optimum, half_spread_squared, excess, population):
+    """Rounds [start, start + count) in place on (θ, Σθ, t); their losses into excess and population.
+
+    Per round (Shard.python_rounds): each block's part of the batch is encoded from the
+    stream (ROUND_STREAM, round, block) (`counter`: that stream's first counter, any round
+    and block), chunk by chunk, then its Binomial(users·b_noise, p)
+    noise per coordinate (cjmp.encode_block); the analyzer (cjmp.finish and decode); the
+    projected step and running sum (AveragedProjectedDescent.update, problems.base.
+    ball_projection); the released average and its losses (Quadratic).
+
+    Returns:
+      How many rounds ran: `count`, or the first round with a non-finite value.
+    """
+    dim = theta.size
+    scaled = np.empty(dim * chunk)
+    ties = np.empty(dim * chunk, np.int64)
+    rounded = np.zeros(dim, np.int64)
+    ones = np.zeros(dim, np.int64)
+    step = np.empty(dim)
+    released = np.empty(dim)
+    for done in range(count):
+        round_index = start + done
+        user = first_user + done * batch
+        stop_user = user + batch
+        ones[:] = 0
+        while user < stop_user:
+            block = user // block_size
+            segment_stop = min(stop_user, (block + 1) * block_size)
+            counter[0], counter[2], counter[3] = 0, round_index, block  # word 1: the stream's kind
+            rekey(state, key, counter)
+            for low in range(user, segment_stop, chunk):
+                users = min(chunk, segment_stop - low)
+                rounded[:] = 0
+                if not _rounded_chunk(theta, data, low - data_first, users, state, scale_bound, bound, top,
+                                      scaled, ties, rounded):
+                    return done
+                ones += rounded
+            for coordinate in range(dim):
+                ones[coordinate] += binomial(state, (segment_stop - user) * b_noise, p)
+            user = segment_stop
+        for coordinate in range(dim):
+            estimate = decode_scale * (np.float64(ones[coordinate] - whole) - fraction) - shift
+            if not np.isfinite(estimate):
+                return done
+            step[coordinate] = theta[coordinate] - step_size * (estimate / batch)
+        for coordinate in range(dim):
+            released[coordinate] = step[coordinate] * step[coordinate]
+        norm = np.sqrt(pairwise_sum(released, 0, dim))
+        if not norm <= radius:
+            shrink = radius / norm
+            for coordinate in range(dim):
+                step[coordinate] *= shrink
+        for coordinate in range(dim):  # checked before the state changes: the Python round then raises
+            released[coordinate] = (theta_sum[coordinate] + theta[coordinate]) / (steps[0] + 1)
+            if not np.isfinite(released[coordinate]):
+                return done
+        steps[0] += 1
+        for coordinate in range(dim):
+            theta_sum[coordinate] += theta[coordinate]
+            theta[coordinate] = step[coordinate]
+        for coordinate in range(dim):
+            gap = released[coordinate] - optimum[coordinate]
+            released[coordinate] = gap * gap
+        squared = pairwise_sum(released, 0, dim)
+        excess[done] = 0.5 * squared
+        population[done] = 0.5 * squared + half_spread_squared
+    return count

@@ -1,0 +1,215 @@
+"""The fused sequential rounds are a twin of the Python rounds (issue #28, item 1): numba's
+Philox, uniforms and binomials are numpy's draw for draw, the pairwise sum is numpy's, and
+every fused round of P_SGD with P_vec on the quadratic equals the Python round bit for bit,
+through the engine and through `python -m pipeline run`; everything else keeps Python."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from numba import njit
+
+from pipeline import cli, config, runner
+from pipeline.engine import fused
+from pipeline.engine import fused_kernel as philox  # its generator part
+from pipeline.engine.fused_kernel import pairwise_sum
+from pipeline.engine.layout import counter, run_key, stream
+from pipeline.engine.shard import Shard
+from pipeline.errors import NonFiniteError
+from pipeline.optimizers.seq_sgd import SeqSGD
+from pipeline.problems.quadratic import Quadratic
+from pipeline.protocols.cjmp import CjmpVec
+
+
+def _tree(n_users: int, dim: int, block_size: int, batch_size: int | None = None, accounting: str = "tight",
+          seed: int = 0, **optimizer) -> dict:
+    return {"experiment": "fused", "problem": {"name": "quadratic", "dim": dim, "radius": 1.0},
+            "n_users": n_users,
+            "optimizer": {"name": "seq_sgd", **({"batch_size": batch_size} if batch_size else {}), **optimizer},
+            "privacy": {"epsilon": 1.0, "delta": 1e-6, "accounting": accounting}, "seeds": [seed],
+            "execution": {"backend": "local", "shards": 1, "block_size": block_size}}
+
+
+def _job(tree: dict):
+    (run_config,) = config.expand(tree)
+    return runner.plan_run(run_config).job
+
+
+def _rounds(job, start: int, fused_path: bool):
+    """Rounds [start, rounds) on one shard holding every user, from the Python path's state at `start`."""
+    shard = Shard(job, 0, job.layout.n_blocks)
+    state, _ = shard.python_rounds(job.optimizer.start(job.seed), 0, start)
+    run = shard.run_rounds if fused_path else shard.python_rounds
+    return run(state, start, job.schedule.rounds)
+
+
+# --- the generator ------------------------------------------------------------------------------
+
+@njit
+def _draws(state, key, start, kinds, trials, probabilities):
+    """Draws of each kind in order: 0 a raw output, 1 a uniform double, 2 a binomial."""
+    philox.rekey(state, key, start)
+    out = np.empty(kinds.size)
+    for index in range(kinds.size):
+        if kinds[index] == 0:
+            out[index] = np.float64(philox.next_uint64(state) >> np.uint64(11))  # exact in a double
+        elif kinds[index] == 1:
+            out[index] = philox.next_double(state)
+        else:
+            out[index] = philox.binomial(state, trials[index], probabilities[index])
+    return out
+
+
+# (n, p) of every branch of numpy's binomial: inversion (n·p ≤ 30), BTPE, each for p > ½ too, and n = 0, p = 0.
+BINOMIALS = [(5, 0.3), (100, 0.2), (60, 0.9), (1000, 0.3), (10**12 + 1, 0.4), (2**56, 0.01), (400, 0.75),
+             (10**9, 0.999), (0, 0.5), (17, 0.0), (3, 1.0)]
+
+
+@pytest.mark.parametrize("start", [counter(1, 0, 0), counter(5, 977, 3), np.array([2**64 - 3, 1, 2, 3], np.uint64)])
+def test_philox_uniforms_and_binomials_are_numpys_draw_for_draw(start):
+    key = run_key(11)
+    pick = np.random.default_rng(1)
+    cases = pick.integers(len(BINOMIALS), size=400)
+    kinds = pick.integers(3, size=400)
+    trials = np.array([BINOMIALS[case][0] for case in cases], np.int64)
+    probabilities = np.array([BINOMIALS[case][1] for case in cases])
+    got = _draws(np.zeros(philox.STATE_WORDS, np.uint64), key, start.copy(), kinds, trials, probabilities)
+    reference = np.random.Generator(np.random.Philox(key=key, counter=start))
+    want = [float(reference.bit_generator.random_raw() >> 11) if kind == 0 else reference.random() if kind == 1
+            else float(reference.binomial(n, p)) for kind, n, p in zip(kinds, trials, probabilities)]
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("length", [*range(0, 140), 255, 256, 257, 1000, 4097, 65539])
+def test_pairwise_sum_is_numpys(length):
+    values = np.random.default_rng(length).standard_normal(length) ** 2
+    assert pairwise_sum(values, 0, length) == np.add.reduce(values)
+
+
+# --- the rounds -------------------------------------------------------------------------------
+
+CASES = {
+    "one block": dict(n_users=20_000, dim=10, block_size=4096),
+    "batches straddling blocks": dict(n_users=6_000, dim=10, block_size=100),
+    "batch over three blocks": dict(n_users=3_000, dim=3, block_size=64, batch_size=150),
+    "several chunks a round (d = 100)": dict(n_users=20_000, dim=100, block_size=4096, batch_size=2000),
+    "paper accounting": dict(n_users=5_000, dim=3, block_size=64, accounting="paper", seed=3),
+    "projection active": dict(n_users=4_000, dim=2, block_size=512, batch_size=4, step_size=5.0, seed=2),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("start", [0, 7])
+def test_fused_rounds_equal_the_python_rounds_round_by_round(case, start):
+    job = _job(_tree(**CASES[case]))
+    assert fused.fusable(job)
+    python_state, python_records = _rounds(job, start, fused_path=False)
+    fused_state, fused_records = _rounds(job, start, fused_path=True)
+    assert len(fused_records) == len(python_records) == job.schedule.rounds - start
+    for python_record, fused_record in zip(python_records, fused_records):
+        assert fused_record._replace(seconds=0.0) == python_record._replace(seconds=0.0), python_record.round
+        assert fused_record.params is python_record.params
+    assert fused_state.steps == python_state.steps
+    assert np.array_equal(fused_state.theta, python_state.theta)
+    assert np.array_equal(fused_state.theta_sum, python_state.theta_sum)
+
+
+def test_the_projection_case_projects():
+    """"projection active" takes the ball projection's shrinking branch (else it would test nothing more)."""
+    job = _job(_tree(**CASES["projection active"]))
+    state = job.optimizer.start(job.seed)
+    shard = Shard(job, 0, job.layout.n_blocks)
+    norms = []
+    for round_index in range(job.schedule.rounds):
+        state, _ = shard.python_rounds(state, round_index, round_index + 1)
+        norms.append(np.sqrt(np.add.reduce(state.theta * state.theta)))
+    assert np.isclose(max(norms), job.problem.radius, rtol=1e-12, atol=0)
+
+
+def test_a_non_finite_gradient_fails_the_fused_run_as_the_python_run(monkeypatch):
+    job = _job(_tree(n_users=2_000, dim=3, block_size=256, batch_size=20))
+    errors = []
+    for fused_path in (False, True):
+        shard = Shard(job, 0, job.layout.n_blocks)
+        draw = shard.draw_block
+
+        def poisoned(block, draw=draw):
+            data = draw(block)
+            if block == 1:
+                data[2, 45] = np.nan  # user 256 + 45 = 301, in round 15
+            return data
+
+        monkeypatch.setattr(shard, "draw_block", poisoned)
+        run = shard.run_rounds if fused_path else shard.python_rounds
+        with pytest.raises(NonFiniteError) as error:
+            run(job.optimizer.start(job.seed), 0, job.schedule.rounds)
+        errors.append(str(error.value))
+    assert errors[1] == errors[0] == "round 15: user 301's gradient holds NaN"
+
+
+@dataclasses.dataclass(frozen=True)
+class _OwnQuadratic(Quadratic):
+    name: ClassVar[str] = "own_quadratic"
+
+
+@dataclasses.dataclass(frozen=True)
+class _OwnSeqSGD(SeqSGD):
+    def update(self, state, noisy_mean):
+        return SeqSGD.update(self, state, noisy_mean)
+
+
+class _OwnPvec(CjmpVec):
+    def encode_block(self, params, chunks, rng, work=None):
+        return CjmpVec.encode_block(self, params, chunks, rng, work)
+
+
+def _changed(job, what: str):
+    if what == "problem subclass":
+        return dataclasses.replace(job, problem=_OwnQuadratic(job.problem.dim, job.problem.radius))
+    if what == "optimizer subclass":
+        return dataclasses.replace(job, optimizer=_OwnSeqSGD(**{field.name: getattr(job.optimizer, field.name)
+                                                              for field in dataclasses.fields(job.optimizer)}))
+    if what == "protocol subclass":
+        return dataclasses.replace(job, protocol=_OwnPvec(job.protocol.accounting))
+    return job
+
+
+@pytest.mark.parametrize("what", ["problem subclass", "optimizer subclass", "protocol subclass"])
+def test_a_subclass_keeps_the_python_path(what):
+    job = _job(_tree(n_users=2_000, dim=3, block_size=256))
+    assert fused.fusable(job)
+    assert not fused.fusable(_changed(job, what))
+
+
+@pytest.mark.parametrize("change", [
+    {"privacy": {"epsilon": 1.0, "delta": 1e-6, "honest_fraction": 0.9}},
+    {"optimizer": {"name": "full_gd", "rounds": 3}},
+    {"optimizer": {"name": "seq_agd"}},
+    {"execution": {"backend": "local", "shards": 1, "block_size": 256, "simulation": "literal"}},
+    {"problem": {"name": "logistic", "dim": 3}},
+    {"privacy": {"epsilon": 1.0, "delta": 1e-6, "protocol": "shuffle_gaussian"}},
+])
+def test_other_runs_keep_the_python_path(change):
+    tree = _tree(n_users=2_000, dim=3, block_size=256)
+    tree.update(change)
+    assert not fused.fusable(_job(tree))
+
+
+def test_a_seq_sgd_grid_through_the_cli_writes_the_python_rounds_losses(tmp_path, new_mlflow_store):
+    """`python -m pipeline run` (2 shards, fused) writes, bit for bit, the losses of the Python rounds."""
+    tree = _tree(n_users=30_000, dim=10, block_size=1024)
+    tree["execution"]["shards"] = 2
+    tree["tracking"] = {"mlflow_uri": new_mlflow_store(tmp_path / "mlflow.db"), "out": str(tmp_path / "out")}
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    assert cli.main(["run", str(path)]) == 0
+    rounds = pd.read_parquet(Path(tmp_path / "out" / "rounds.parquet")).sort_values("round")
+    _, records = _rounds(_job(_tree(n_users=30_000, dim=10, block_size=1024)), 0, fused_path=False)
+    assert len(rounds) == len(records) == 588
+    assert np.array_equal(rounds["excess_loss"].to_numpy(), [record.excess_loss for record in records])
+    assert np.array_equal(rounds["population_loss"].to_numpy(), [record.population_loss for record in records])
