@@ -14,8 +14,9 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
+import numpy as np
 import yaml
 
 from pipeline import engine, plugins
@@ -261,11 +262,12 @@ def _records_per_round(run: RunConfig, optimizer, records: dict) -> dict:
 # shard process measured 114 MB of resident memory after its imports; Ray's worker adds about as much.
 MEMORY_MARGIN = 0.8
 PROCESS_BYTES = 256 * 2**20
-# What each round costs the process that records the run, whatever n: its RoundRecord, its
-# columns, ledger spend and rounds-table row while the run is written. Measured: 853 bytes a
-# round at the peak of a local seq_sgd run (d = 10; 1.25·10⁵ and 5·10⁵ rounds, maximum resident
-# memory's slope), rounded up. On Ray the run's task holds the records too, before they travel.
-RECORD_BYTES = 1024
+# What each round costs the process that records the run, whatever n: its record (RoundRecords'
+# columns), ledger spend and rounds-table row while the run is written. Measured: 400 bytes a
+# round at the peak of a local seq_sgd run (d = 10; 1.25·10⁵ and 10⁶ rounds, maximum resident
+# memory's slope; 853 while records were a tuple each), rounded up. On Ray the run's task holds
+# the records too, before they travel.
+RECORD_BYTES = 512
 
 
 def _cgroup_limits(root: Path) -> list[int]:
@@ -511,6 +513,26 @@ def _plugin_files(run: RunConfig) -> str | None:
     return json.dumps(found, sort_keys=True) if found else None
 
 
+def _call_runs(records: engine.RoundRecords) -> Iterator[tuple[int, int, int, int, int, object]]:
+    """The executed calls as ledger_of_groups takes them: runs of consecutive rounds with one
+    parameters object, one batch size and one stride between their first users (found with
+    numpy: a 10⁸-user seq_sgd is one run of 2·10⁶ rounds, not 2·10⁶ calls)."""
+    rounds, first = records.column("round"), records.column("first_user")
+    users = records.column("stop_user") - first
+    position = 0
+    for params, count in records.params_runs():
+        span = slice(position, position + count)
+        r, f, u = rounds[span], first[span], users[span]
+        stride = np.diff(f)
+        starts = np.flatnonzero((np.diff(r) != 1) | (np.diff(u) != 0)) + 1
+        # A stride change starts a run at the later record (a split too many is harmless).
+        starts = np.union1d(np.union1d(starts, np.flatnonzero(np.diff(stride) != 0) + 2), [0])
+        for begin, end in zip(starts, [*starts[1:], count]):
+            step = int(stride[begin]) if end - begin > 1 else int(u[begin])
+            yield int(r[begin]), int(end - begin), int(f[begin]), step, int(u[begin]), params
+        position += count
+
+
 def _measured_columns(job: engine.RunJob, records: list) -> tuple[str, ...]:
     """The extra metric columns a run has: a dataset's held-out metrics (where it has
     held-out records; accuracy for classifiers) and its optimum's Frank–Wolfe gap."""
@@ -554,13 +576,13 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
     from pipeline.tracking import FINISHED
 
     run, job = planned.config, planned.job
-    columns = dict(zip(engine.RoundRecord._fields, zip(*records)))
-    ledger = ledger_of(job, zip(columns["round"], columns["first_user"], columns["stop_user"], columns["params"]))
+    columns = {name: records.column(name) for name in engine.ROUND_COLUMNS}
+    ledger = ledger_of_groups(job, _call_runs(records))
     ledger_json = ledger.to_dict()
     if ledger_json != planned.ledger.to_dict():
         raise RuntimeError("the executed rounds differ from the planned ledger")
     _check_rederived(planned, ledger, ledger_json)
-    spent = ledger.spent_series()
+    epsilon_spent, delta_spent = ledger.spent_columns()
     rounds = pd.DataFrame({
         "run_id": run.run_id,
         "mlflow_run_id": mlflow_run_id,
@@ -569,8 +591,8 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
         "users_in_round": columns["users"],
         "excess_loss": columns["excess_loss"],
         "population_loss": columns["population_loss"],
-        "epsilon_spent": [s[0] for s in spent],
-        "delta_spent": [s[1] for s in spent],
+        "epsilon_spent": epsilon_spent,
+        "delta_spent": delta_spent,
         "wall_s": pd.Series(columns["seconds"]).cumsum(),
     })
     measured = _measured_columns(job, records)

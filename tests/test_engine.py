@@ -347,3 +347,23 @@ def test_round_records_pickle_in_columns_and_come_back_the_same():
                 assert type(new) is type(old) and new == old, name
     assert back[0].params is back[1].params is back[2].params
     assert pickle.loads(pickle.dumps(RoundRecords())) == []
+
+
+@pytest.mark.parametrize("name", ["seq_sgd", "full_gd", "seq_agd", "cldp_sgd", "full_phased", "seq_phased",
+                                  "seq_sgd_robust", "mean_estimation"])
+@pytest.mark.parametrize("shards", [1, 3, 8])
+def test_a_trip_carries_exactly_the_rounds_whose_users_stay_in_the_shard(name, shards):
+    """The driver finds a trip's end group by group; it must be where a round-by-round scan ends it."""
+    job = _jobs()[name]()
+    pool = LocalPool(job, shards)
+    schedule = job.schedule
+    for start in range(schedule.rounds):
+        owner = pool.owner(schedule.plan(start))
+        if owner is None:
+            continue
+        for last in {start + 1, start + 5, schedule.rounds}:
+            last = min(last, schedule.rounds)
+            scanned = start + 1
+            while scanned < last and pool.owner(schedule.plan(scanned)) == owner:
+                scanned += 1
+            assert pool._carried_stop(start, owner, last) == scanned, (start, last)

@@ -80,6 +80,10 @@ def test_a_sequential_series_is_the_worst_call_so_far_at_every_round():
     assert alone[small][0] < alone[large][0]
     assert ledger.spent_series() == [alone[small]] * 3 + [alone[large]] * 4
     assert ledger.spent_series() == [ledger.spent_after(r) for r in range(len(calls))]
+    # The columns the runner writes (epsilon_spent, delta_spent) hold the same values.
+    for accounting in ("paper", "tight"):
+        epsilon, delta = ledger.spent_columns(accounting)
+        assert list(zip(epsilon.tolist(), delta.tolist())) == ledger.spent_series(accounting)
 
 
 def test_advanced_composition_formula():

@@ -309,6 +309,17 @@ class PrivacyLedger:
                                     sum(count * b.delta_approx for b, count in bounds))
         return pvec_tight.composed_epsilon(summed, 1, delta)[0], delta
 
+    def spent_columns(self, accounting: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """spent_series as two float64 arrays (ε, δ), one value per round; a sequential
+        ledger's without a tuple per round (its spend is constant over an entry's rounds)."""
+        if self.composition == SEQUENTIAL:
+            spent = np.array([self.spent_after(entry.first_round, accounting) for entry in self._entries],
+                             dtype=np.float64).reshape(-1, 2)
+            counts = [entry.rounds for entry in self._entries]
+            return np.repeat(spent[:, 0], counts), np.repeat(spent[:, 1], counts)
+        spent = np.array(self.spent_series(accounting), dtype=np.float64).reshape(-1, 2)
+        return spent[:, 0].copy(), spent[:, 1].copy()
+
     def spent_series(self, accounting: str | None = None) -> list[tuple[float, float]]:
         """(ε, δ) spent after each recorded round, never below the exact value.
 

@@ -6,7 +6,7 @@ import time
 from typing import Any, Callable
 
 from pipeline.engine.job import EXACT, LITERAL, SIMULATIONS, RunJob
-from pipeline.engine.rounds import RoundRecord, RoundRecords
+from pipeline.engine.rounds import COLUMNS as ROUND_COLUMNS, RoundRecord, RoundRecords
 from pipeline.engine.shard import drawn_per_block
 
 BACKENDS = ("ray", "local")
@@ -105,5 +105,5 @@ def execute(job: RunJob, backend: str, shards: int,
         pool.close()
 
 
-__all__ = ["BACKENDS", "EXACT", "LITERAL", "SIMULATIONS", "LocalExecutor", "RoundRecord", "RoundRecords", "RunJob",
+__all__ = ["BACKENDS", "EXACT", "LITERAL", "SIMULATIONS", "LocalExecutor", "ROUND_COLUMNS", "RoundRecord", "RoundRecords", "RunJob",
            "describe_backend", "drawn_per_block", "execute", "executor"]

@@ -119,20 +119,20 @@ def measure(pool, records: RoundRecords) -> RoundRecords:
     """
     job = pool.job
     problem, n = job.problem, job.n_users
-    measured = [index for index, record in enumerate(records) if record.released is not None]
+    measured = records.released_positions()
     if not measured:
         return records
     optimum, gap = empirical_optimum(problem, n, lambda theta: pool.block_sums("objective_blocks", theta)[0].sum(axis=0))
     thetas = np.stack([records[index].released for index in measured])
     train, heldout = pool.block_sums("metric_blocks", thetas)
     train, heldout = train.sum(axis=0), heldout.sum(axis=0)
-    out = RoundRecords(records)
+    out = records.copy()
     for column, index in enumerate(measured):
         theta = thetas[column]
         risk = problem.risk(train[0, column] / n, theta)
         tested = problem.heldout_users
-        out[index] = records[index]._replace(
-            released=None, excess_loss=risk - optimum, population_loss=risk,
+        out.set(
+            index, released=None, excess_loss=risk - optimum, population_loss=risk,
             test_loss=heldout[0, column] / tested if tested else math.nan,
             test_accuracy=heldout[1, column] / tested if tested and problem.loss.classifier else math.nan,
             optimum_gap=gap)

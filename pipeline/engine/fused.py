@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.engine.layout import ROUND_STREAM, counter, run_key
-from pipeline.engine.rounds import RoundRecord, RoundRecords
+from pipeline.engine.rounds import RoundRecords
 from pipeline.engine.shard import chunk_users, drawn_per_block
 from pipeline.errors import NonFiniteError
 from pipeline.optimizers.averaged import AveragedProjectedDescent, AveragedState
@@ -116,10 +116,11 @@ class FusedRounds:
                 *job.protocol.fused_encoding(params), job.optimizer.step_size, problem.radius,
                 np.asarray(problem.optimum), 0.5 * problem.spread**2, excess, population)
             seconds = (time.perf_counter() - began) / max(done, 1)
-            records.extend(RoundRecord(index, user, user + batch, params, batch, loss, whole, seconds)
-                           for index, user, loss, whole in zip(range(round_index, round_index + done),
-                                                               range(first_user, first_user + done * batch, batch),
-                                                               excess[:done].tolist(), population[:done].tolist()))
+            firsts = np.arange(first_user, first_user + done * batch, batch, dtype=np.int64)
+            records.extend(RoundRecords.from_columns(
+                params, round=np.arange(round_index, round_index + done), first_user=firsts, stop_user=firsts + batch,
+                users=np.full(done, batch), excess_loss=excess[:done], population_loss=population[:done],
+                seconds=np.full(done, seconds)))
             round_index += done
             if round_index < end:  # a non-finite value: the Python round says which, and raises
                 self._shard.python_rounds(AveragedState(theta, theta_sum, int(steps[0])), round_index,

@@ -48,6 +48,28 @@ class ShardPool(abc.ABC):
                 return index
         return None
 
+    def _carried_stop(self, start: int, owner: int, last: int) -> int:
+        """The end of the rounds from `start` (whose users all live in shard `owner`) up to `last`
+        that one trip can carry: the first round with a user elsewhere, found group by group
+        (a group's rounds move their users by a fixed stride, so those inside a shard's range
+        are one interval) instead of round by round."""
+        schedule = self.job.schedule
+        first, stop_user = self.user_ranges[owner]
+        stop = start + 1
+        while stop < last:
+            group, group_start = schedule.group_of(stop)
+            inside = group_start + group.rounds  # a stride of 0: the same users every round
+            if group.user_stride:  # rounds i with first ≤ f + i·s and f + i·s + users ≤ stop_user
+                lowest = -(-(first - group.first_user) // group.user_stride)
+                highest = (stop_user - group.users - group.first_user) // group.user_stride
+                inside = group_start + highest + 1 if lowest <= stop - group_start <= highest else stop
+            elif not (first <= group.first_user and group.first_user + group.users <= stop_user):
+                inside = stop
+            if inside <= stop:
+                break
+            stop = min(inside, last, group_start + group.rounds)
+        return stop
+
     @abc.abstractmethod
     def run_rounds(self, shard: int, state: Any, start: int, stop: int) -> tuple[Any, RoundRecords]:
         """Shard.run_rounds on one shard."""
@@ -110,9 +132,7 @@ class ShardPool(abc.ABC):
             if owner is None:
                 state, batch = execute_rounds(self.job, state, start, stop, self.collect)
             else:
-                last = min(schedule.rounds, start + carry)
-                while stop < last and self.owner(schedule.plan(stop)) == owner:
-                    stop += 1
+                stop = self._carried_stop(start, owner, min(schedule.rounds, start + carry))
                 began = time.perf_counter()
                 state, batch = self.run_rounds(owner, state, start, stop)
                 # The next trip lasts about PROGRESS_S at this trip's rate.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -38,29 +38,177 @@ class RoundRecord(NamedTuple):
     optimum_gap: float = math.nan
 
 
-# The record fields that pickle as numeric arrays; the others (params, released) as lists.
-_NUMERIC = {"round": np.int64, "first_user": np.int64, "stop_user": np.int64, "users": np.int64,
-            "excess_loss": np.float64, "population_loss": np.float64, "seconds": np.float64,
-            "test_loss": np.float64, "test_accuracy": np.float64, "optimum_gap": np.float64}
+# The numeric fields of a record, held in one array each (int64 or float64).
+COLUMNS = {"round": np.int64, "first_user": np.int64, "stop_user": np.int64, "users": np.int64,
+           "excess_loss": np.float64, "population_loss": np.float64, "seconds": np.float64,
+           "test_loss": np.float64, "test_accuracy": np.float64, "optimum_gap": np.float64}
+_DEFAULTS = {name: RoundRecord._field_defaults.get(name) for name in COLUMNS}
 
 
-class RoundRecords(list):
-    """Round records in order: a list of RoundRecord that pickles in columns, one array
-    per numeric field. Records travel from a shard's carried rounds to the run, and from
-    the run to the driver (a 10⁸-user seq_sgd has 2·10⁶ rounds): a pickle round trip of
-    records holding their RoundPlan took 14 µs a record, in columns 4 µs (most of it
-    rebuilding the tuples)."""
+class RoundRecords:
+    """A run's round records, in columns: one array per numeric field of RoundRecord (80
+    bytes a round), the protocol parameters as runs of rounds sharing one object, and the
+    released models of the few rounds that carry one (a dataset's measured rounds).
+
+    A 10⁸-user seq_sgd has 2·10⁶ rounds: as RoundRecord tuples they took about 850 bytes
+    a round in the process that records the run (and pickled at 4 µs a record). It reads
+    as a sequence of RoundRecord (`records[i]`, iteration: a tuple made on request);
+    `column` and `params_runs` read it without one. Records appended one by one (the
+    Python rounds) wait in a list until the next read.
+
+    Args:
+      records: RoundRecord to start with.
+    """
+
+    def __init__(self, records: Iterable[RoundRecord] = ()):
+        self._chunks: list[dict[str, np.ndarray]] = []  # column arrays, chunk after chunk
+        self._params: list[list] = []  # [params, rounds]: consecutive rounds sharing one object
+        self._released: dict[int, np.ndarray] = {}  # position → the round's released model
+        self._pending: list[RoundRecord] = []
+        self._length = 0
+        self.extend(records)
+
+    @classmethod
+    def from_columns(cls, params: Any, **columns: np.ndarray) -> "RoundRecords":
+        """Records of rounds that share `params`, from their columns (the others at their defaults).
+
+        Args:
+          params: the rounds' protocol parameters.
+          **columns: arrays of one length, named as COLUMNS.
+        """
+        records = cls()
+        size = len(next(iter(columns.values())))
+        records._add_chunk({name: np.asarray(columns[name], dtype) if name in columns
+                            else np.full(size, _DEFAULTS[name], dtype) for name, dtype in COLUMNS.items()},
+                           [[params, size]] if size else [], {})
+        return records
+
+    def _add_chunk(self, chunk: dict[str, np.ndarray], params: list[list], released: dict[int, np.ndarray]) -> None:
+        for position, model in released.items():
+            self._released[self._length + position] = model
+        for run in params:
+            if self._params and self._params[-1][0] is run[0]:
+                self._params[-1][1] += run[1]
+            else:
+                self._params.append(list(run))
+        self._chunks.append(chunk)
+        self._length += len(chunk["round"])
+
+    def _flush(self) -> None:
+        """Moves appended records into columns, and joins the chunks into one."""
+        if self._pending:
+            pending, self._pending = self._pending, []
+            fields = dict(zip(RoundRecord._fields, zip(*pending)))
+            params = []
+            for value in fields["params"]:
+                if params and params[-1][0] is value:
+                    params[-1][1] += 1
+                else:
+                    params.append([value, 1])
+            self._length -= len(pending)
+            self._add_chunk({name: np.array(fields[name], dtype) for name, dtype in COLUMNS.items()}, params,
+                            {position: model for position, model in enumerate(fields["released"])
+                             if model is not None})
+        if len(self._chunks) > 1:
+            self._chunks = [{name: np.concatenate([chunk[name] for chunk in self._chunks]) for name in COLUMNS}]
+
+    def append(self, record: RoundRecord) -> None:
+        """Adds one round's record after the others."""
+        self._pending.append(record)
+        self._length += 1
+
+    def extend(self, records: Iterable[RoundRecord]) -> None:
+        """Adds records after the others (another RoundRecords: column by column)."""
+        if isinstance(records, RoundRecords):
+            records._flush()
+            self._flush()
+            if records._chunks:
+                self._add_chunk(records._chunks[0], records._params, records._released)
+            return
+        for record in records:
+            self.append(record)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def column(self, name: str) -> np.ndarray:
+        """One numeric field for every round (read-only: `set` changes records)."""
+        self._flush()
+        if not self._chunks:
+            return np.zeros(0, COLUMNS[name])
+        view = self._chunks[0][name].view()
+        view.flags.writeable = False
+        return view
+
+    def params_runs(self) -> list[tuple[Any, int]]:
+        """(params, rounds) for consecutive runs of rounds sharing one parameters object."""
+        self._flush()
+        return [(params, rounds) for params, rounds in self._params]
+
+    def released_positions(self) -> list[int]:
+        """The positions of the records that carry a released model."""
+        self._flush()
+        return sorted(self._released)
+
+    def copy(self) -> "RoundRecords":
+        """A copy whose columns `set` may change without changing these."""
+        self._flush()
+        copied = RoundRecords()
+        if self._chunks:
+            copied._add_chunk({name: values.copy() for name, values in self._chunks[0].items()}, self._params,
+                              self._released)
+        return copied
+
+    def set(self, position: int, **fields: Any) -> None:
+        """Changes numeric fields of one record, or its released model (`released=None` drops it), in place."""
+        self._flush()
+        for name, value in fields.items():
+            if name == "released":
+                self._released.pop(position, None)
+                if value is not None:
+                    self._released[position] = value
+            else:
+                self._chunks[0][name][position] = value
+
+    def _params_at(self, position: int) -> Any:
+        for params, rounds in self._params:
+            if position < rounds:
+                return params
+            position -= rounds
+        raise IndexError(position)
+
+    def __getitem__(self, position: int) -> RoundRecord:
+        self._flush()
+        if not -self._length <= position < self._length:
+            raise IndexError(f"record {position} of {self._length}")
+        position %= self._length
+        values = {name: self._chunks[0][name][position].item() for name in COLUMNS}
+        return RoundRecord(**values, params=self._params_at(position), released=self._released.get(position))
+
+    def __iter__(self) -> Iterator[RoundRecord]:
+        self._flush()
+        if not self._length:
+            return
+        columns = [self._chunks[0][name].tolist() for name in COLUMNS]
+        params = (value for value, rounds in self._params for _ in range(rounds))
+        for position, values in enumerate(zip(*columns)):
+            yield RoundRecord(**dict(zip(COLUMNS, values)), params=next(params),
+                              released=self._released.get(position))
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, (RoundRecords, list)) else NotImplemented
 
     def __reduce__(self):
-        columns = zip(*self) if self else [()] * len(RoundRecord._fields)
-        return _unpickle_records, (tuple(np.array(values, dtype=_NUMERIC[name]) if name in _NUMERIC else list(values)
-                                         for name, values in zip(RoundRecord._fields, columns)),)
+        self._flush()
+        return _unpickle_records, (self._chunks[0] if self._chunks else None, self._params, self._released)
 
 
-def _unpickle_records(columns: tuple) -> RoundRecords:
-    """RoundRecords from its pickled columns (numeric ones back to Python numbers)."""
-    lists = [column.tolist() if isinstance(column, np.ndarray) else column for column in columns]
-    return RoundRecords(map(RoundRecord._make, zip(*lists)))
+def _unpickle_records(columns: dict | None, params: list, released: dict) -> RoundRecords:
+    """RoundRecords from its pickled columns, parameter runs and released models."""
+    records = RoundRecords()
+    if columns is not None:
+        records._add_chunk(columns, params, released)
+    return records
 
 
 def execute_rounds(job: Any, state: Any, start: int, stop: int, collect: Collect) -> tuple[Any, RoundRecords]:
