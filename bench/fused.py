@@ -15,8 +15,9 @@ def run(size: str = "quick") -> dict[str, float]:
       size: one of bench.timing.SIZES.
 
     Returns:
-      name → value: µs per round each way, their ratio, and the share of the fused rounds'
-      time spent drawing the users (numpy's normals, the same on both paths).
+      name → value: µs per round each way, their ratio, and the time drawing the same users
+      alone over the fused rounds' (numpy's normals, the same on both paths; above 1 the rounds
+      wait for the draws, which a thread makes while the kernel runs).
     """
     tree = full_gd_tree(sized(size, 20_000, 10**6, 10**7), DIM, rounds=1)
     tree["optimizer"] = {"name": "seq_sgd"}

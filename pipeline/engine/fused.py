@@ -16,6 +16,7 @@ the compiled loop would slow it).
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -77,15 +78,25 @@ class FusedRounds:
         self._key = run_key(shard.job.seed)
         self._counter = counter(ROUND_STREAM, 0, 0)  # rewritten by the kernel for every (round, block)
         self._generator = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
-        self._last_block: tuple[int, np.ndarray] | None = None  # a round may straddle it and the next
+        # Blocks drawn or being drawn: a round may straddle the last one and the next, and the
+        # block after is drawn in a thread while the kernel (which releases the GIL) runs rounds.
+        self._blocks: dict[int, Future] = {}
+        self._ahead = ThreadPoolExecutor(1, thread_name_prefix="fused-draw")
 
-    def _window(self, first_user: int, stop_user: int) -> tuple[np.ndarray, int]:
-        """The data of the whole blocks holding users [first_user, stop_user), and its first user."""
+    def _block(self, block: int) -> Future:
+        if block not in self._blocks:
+            self._blocks[block] = self._ahead.submit(self._shard.draw_block, block)
+        return self._blocks[block]
+
+    def _window(self, first_user: int, stop_user: int, last_user: int) -> tuple[np.ndarray, int]:
+        """The data of the whole blocks holding users [first_user, stop_user), and its first user;
+        the next block starts drawing if a round up to `last_user` will ask for it."""
         size = self._job.block_size
         blocks = range(first_user // size, (stop_user - 1) // size + 1)
-        drawn = [self._last_block[1] if self._last_block and self._last_block[0] == block
-                 else self._shard.draw_block(block) for block in blocks]
-        self._last_block = (blocks[-1], drawn[-1])
+        drawn = [self._block(block).result() for block in blocks]
+        self._blocks = {block: drawing for block, drawing in self._blocks.items() if block >= blocks[-1]}
+        if (blocks[-1] + 1) * size < last_user:
+            self._block(blocks[-1] + 1)
         return (drawn[0] if len(drawn) == 1 else np.concatenate(drawn, axis=1)), blocks[0] * size
 
     def run(self, state: AveragedState, start: int, stop: int) -> tuple[AveragedState, RoundRecords]:
@@ -106,7 +117,8 @@ class FusedRounds:
             first_user = group.first_user + (round_index - group_start) * batch
             block_stop = (first_user // job.block_size + 1) * job.block_size
             end = min(stop, group_start + group.rounds, round_index + -(-(block_stop - first_user) // batch))
-            data, data_first = self._window(first_user, first_user + (end - round_index) * batch)
+            last_user = group.first_user + group.rounds * batch  # the group's, past this trip's
+            data, data_first = self._window(first_user, first_user + (end - round_index) * batch, last_user)
             params = job.protocol.planned(schedule.plan(round_index), problem.dim)
             excess, population = np.empty(end - round_index), np.empty(end - round_index)
             began = time.perf_counter()

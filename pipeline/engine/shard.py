@@ -10,7 +10,7 @@ import numpy as np
 from pipeline.accounting.compositions import SEQUENTIAL
 from pipeline.engine.job import RunJob
 from pipeline.engine.layout import (DATA_STREAM, NOISE_STREAM, PERMUTE_STREAM, RECORD_STREAM, RECORDS_STREAM,
-                                    ROUND_STREAM, SCATTER_STREAM, Streams, sampled_users)
+                                    ROUND_STREAM, SCATTER_STREAM, Streams, sampled_users, stream)
 from pipeline.engine.rounds import RoundRecords, execute_rounds
 from pipeline.errors import NonFiniteError, value_class
 from pipeline.problems.records import choose_records, offsets_of
@@ -99,9 +99,10 @@ class Shard:
         return self.stop_user - self.first_user
 
     def draw_block(self, block: int) -> np.ndarray:
-        """A block's users' data, from the block's own stream: the same whenever and wherever drawn."""
+        """A block's users' data, from the block's own stream: the same whenever and wherever drawn
+        (from a generator of its own, so any thread may draw: pipeline.engine.fused draws ahead)."""
         first, stop = self.job.layout.block_users(block)
-        return self.job.problem.sample(self.streams(DATA_STREAM, block), stop - first)
+        return self.job.problem.sample(stream(self.job.seed, DATA_STREAM, block), stop - first)
 
     def _block_data(self, block: int) -> tuple[np.ndarray, int]:
         """The data holding a block's users, and the shard position of its first column: the
