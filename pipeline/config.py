@@ -93,8 +93,11 @@ MAX_SEED = 2**63 - 1
 # optimizers). Planning and the ledger go by groups of equal rounds now, but every round is still
 # recorded (a round record, about 1 KiB while the run is written: runner.RECORD_BYTES, which the
 # memory rule counts) and plug-ins are planned round by round.
-MAX_ROUNDS = 10**7
-ROUNDS_REASON = "every round is recorded, and a plug-in is planned round by round; at most 10⁷ rounds"
+# Every round is recorded (runner.RECORD_BYTES, which the memory rule counts) and run; a built-in
+# protocol's group of equal rounds is planned and accounted at once, a plug-in's round by round.
+MAX_ROUNDS, PLUGIN_MAX_ROUNDS = 10**8, 10**7
+ROUNDS_REASON = ("every round is recorded and a plug-in protocol is planned round by round; at most 10⁸ rounds, "
+                 "10⁷ with a plug-in protocol")
 # The experiment names the default results folder results/<experiment>: one path component.
 MAX_NAME_CHARS, MAX_NAME_BYTES = 200, 255
 

@@ -21,7 +21,7 @@ import yaml
 
 from pipeline import engine, plugins
 from pipeline.accounting.ledger import LedgerError, PrivacyLedger, UnsupportedEventError
-from pipeline.config import FIELDS, MAX_ROUNDS, PLUGIN_SECTIONS, RECORD, ROUNDS_REASON, RunConfig
+from pipeline.config import FIELDS, MAX_ROUNDS, PLUGIN_MAX_ROUNDS, PLUGIN_SECTIONS, RECORD, ROUNDS_REASON, RunConfig
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.base import DATA, OVERRIDES
@@ -171,14 +171,15 @@ def _plan_run(run: RunConfig) -> PlannedRun:
     job = engine.RunJob(optimizer.problem, optimizer, protocol, run.seed, run["n_users"],
                         run["execution.block_size"], run["execution.simulation"], run["privacy.honest_fraction"] or 1.0,
                         **records, **_records_per_round(run, optimizer, records))
-    _check_memory(run, job)
     schedule = job.schedule
-    if schedule.rounds > MAX_ROUNDS:  # planning below visits every round: refuse before it starts
-        field = next((f for f in ("optimizer.rounds", "optimizer.batch_size") if run[f] is not None), "n_users")
-        raise ConfigError(field, run[field], f"plans {schedule.rounds} rounds, above the cap of {MAX_ROUNDS} "
-                                             f"({ROUNDS_REASON})")
-    calls, first_round = [], 0  # (first round, rounds, first user, stride, users, params)
     per_group = _plans_per_budget(protocol)
+    cap = MAX_ROUNDS if per_group else PLUGIN_MAX_ROUNDS
+    if schedule.rounds > cap:  # a plug-in's planning below visits every round: refuse before it starts
+        field = next((f for f in ("optimizer.rounds", "optimizer.batch_size") if run[f] is not None), "n_users")
+        raise ConfigError(field, run[field], f"plans {schedule.rounds} rounds, above the cap of {cap} "
+                                             f"({ROUNDS_REASON})")
+    _check_memory(run, job)
+    calls, first_round = [], 0  # (first round, rounds, first user, stride, users, params)
     for group in schedule.groups:  # a group's rounds share one budget: planned once where that is known
         for round_index in ([first_round] if per_group else range(first_round, first_round + group.rounds)):
             plan = schedule.plan(round_index)

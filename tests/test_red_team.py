@@ -96,13 +96,17 @@ def _mlflow_runs(uri: str, experiment: str, run_id: str) -> list:
     return client.search_runs([found.experiment_id], filter_string=f"tags.run_id = '{run_id}'")
 
 
+UNDER_NOISED_PVEC = f"{Path(__file__).resolve().parents[1] / 'experiments/plugins/under_noised.py'}:UnderNoisedPvec"
 # (id, config text or bytes, --set overrides, field, rule fragments). Each is refused by `run`.
 REFUSED = [
     ("full_gd-1e9-rounds", SMALL, ["optimizer.name=full_gd", "optimizer.rounds=1e9"], "optimizer.rounds",
-     ["≤ 10000000", "at most 10⁷ rounds"]),
+     ["≤ 100000000", "at most 10⁸ rounds"]),
     ("seq_sgd-1e15-users", SMALL, ["optimizer.name=seq_sgd", "n_users=1e15"], "n_users", ["≤ 10000000000"]),
-    ("planned-rounds-cap", SMALL, ["optimizer.name=seq_sgd", "optimizer.batch_size=1", "n_users=2e7"],
-     "optimizer.batch_size", ["plans 20000000 rounds", "cap of 10000000"]),
+    ("planned-rounds-cap", SMALL, ["optimizer.name=seq_sgd", "optimizer.batch_size=1", "n_users=2e8"],
+     "optimizer.batch_size", ["plans 200000000 rounds", "cap of 100000000"]),
+    ("plugin-planned-rounds-cap", SMALL, ["optimizer.name=seq_sgd", "optimizer.batch_size=1", "n_users=2e7",
+                                          f"privacy.protocol={UNDER_NOISED_PVEC}"],
+     "optimizer.batch_size", ["plans 20000000 rounds", "cap of 10000000", "10⁷ with a plug-in protocol"]),
     ("seed-above-int64", SMALL, [f"seeds=[{2**63}]"], "seeds[0]", ["≤ 9223372036854775807", "int64"]),
     ("seed-1e20", SMALL, ["seeds=[1.0e+20]"], "seeds[0]", ["≤ 9223372036854775807"]),
     ("duplicate-key", SMALL + "privacy: {epsilon: 1.0}\n", [], "privacy", ["given twice", "lines 6 and 9"]),
