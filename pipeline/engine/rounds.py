@@ -94,8 +94,8 @@ class RoundRecords:
         self._chunks.append(chunk)
         self._length += len(chunk["round"])
 
-    def _flush(self) -> None:
-        """Moves appended records into columns, and joins the chunks into one."""
+    def _flush(self, join: bool = True) -> None:
+        """Moves appended records into columns, and (join) the chunks into one."""
         if self._pending:
             pending, self._pending = self._pending, []
             fields = dict(zip(RoundRecord._fields, zip(*pending)))
@@ -109,7 +109,7 @@ class RoundRecords:
             self._add_chunk({name: np.array(fields[name], dtype) for name, dtype in COLUMNS.items()}, params,
                             {position: model for position, model in enumerate(fields["released"])
                              if model is not None})
-        if len(self._chunks) > 1:
+        if join and len(self._chunks) > 1:
             self._chunks = [{name: np.concatenate([chunk[name] for chunk in self._chunks]) for name in COLUMNS}]
 
     def append(self, record: RoundRecord) -> None:
@@ -119,9 +119,9 @@ class RoundRecords:
 
     def extend(self, records: Iterable[RoundRecord]) -> None:
         """Adds records after the others (another RoundRecords: column by column)."""
-        if isinstance(records, RoundRecords):
+        if isinstance(records, RoundRecords):  # joined on the next read, not at every trip's extend
             records._flush()
-            self._flush()
+            self._flush(join=False)
             if records._chunks:
                 self._add_chunk(records._chunks[0], records._params, records._released)
             return

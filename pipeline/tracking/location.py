@@ -3,9 +3,11 @@ opened through pyarrow.fs, with whole-file writes on every kind of store."""
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 import secrets
 from pathlib import Path
+from typing import BinaryIO, Callable
 from urllib.parse import urlparse, urlsplit
 
 import pyarrow.fs as pafs
@@ -57,24 +59,31 @@ class Location:
         return self.prefix + path + (f"?{self.query}" if self.query else "")
 
     def write(self, path: str, data: bytes) -> None:
-        """Writes a file whole or not at all.
+        """Writes a file whole or not at all (see write_with)."""
+        self.write_with(path, lambda stream: stream.write(data))
+
+    def write_with(self, path: str, fill: Callable[[BinaryIO], object]) -> None:
+        """Writes a file whole or not at all, `fill(stream)` writing its bytes.
 
         A local file is written beside its place and renamed into it; an object
         store shows an object only once its upload completes, so it is written
-        in place.
+        in place, from bytes made first (an upload cut short by an error in
+        `fill` would otherwise complete with part of the file).
         """
         parent = path.rsplit("/", 1)[0]
         self.filesystem.create_dir(parent, recursive=True)
         if self.local is None:
+            buffer = io.BytesIO()
+            fill(buffer)
             with self.filesystem.open_output_stream(path) as stream:
-                stream.write(data)
+                stream.write(buffer.getbuffer())
             return
         temporary = f"{parent}/.{path.rsplit('/', 1)[1]}.{secrets.token_hex(6)}.tmp"
         # The umask applies (0666 & ~umask), unlike mkstemp's 0600: a teammate's notebook can read a shared folder.
         descriptor = os.open(temporary, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
         try:
             with os.fdopen(descriptor, "wb") as stream:
-                stream.write(data)
+                fill(stream)
             os.replace(temporary, path)
         finally:
             if os.path.exists(temporary):

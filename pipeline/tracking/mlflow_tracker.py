@@ -18,6 +18,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from pipeline.errors import ConfigError
+from pipeline.tracking.parquet_store import write_frame
 
 # MLflow accepts at most 1000 metrics and 100 params per log_batch call.
 METRICS_PER_BATCH = 1000
@@ -245,7 +246,7 @@ class MlflowTracker:
             for name, content in files.items():
                 (Path(folder) / name).write_bytes(content)
             if rounds is not None:
-                rounds.to_parquet(Path(folder) / "rounds.parquet", index=False)
+                write_frame(rounds, str(Path(folder) / "rounds.parquet"))
             self.client.log_artifacts(mlflow_run_id, folder)
 
     def end(self, mlflow_run_id: str, status: str) -> None:

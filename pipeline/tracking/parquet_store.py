@@ -40,6 +40,7 @@ _WHAT_TO_DO = "move it aside (the runs it recorded are then redone), then rerun"
 # Arrow types of the columns' Python kinds: every file of a table has one schema, null where unset.
 _ARROW_TYPES = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_(),
                 datetime.datetime: pa.timestamp("us", tz="UTC")}
+ROW_GROUP = 1 << 20  # rows a table is written by (write_frame)
 
 
 def typed_table(rows: list[dict] | pd.DataFrame, kinds: dict[str, type]) -> pa.Table:
@@ -54,15 +55,36 @@ def typed_table(rows: list[dict] | pd.DataFrame, kinds: dict[str, type]) -> pa.T
       The table.
     """
     if isinstance(rows, pd.DataFrame):
-        inferred = pa.Table.from_pandas(rows, preserve_index=False).schema
-        schema = pa.schema([pa.field(f.name, _ARROW_TYPES[kinds[f.name]]) if f.name in kinds else f
-                            for f in inferred])
-        return pa.Table.from_pandas(rows, schema=schema, preserve_index=False)
+        return pa.Table.from_pandas(rows, schema=_frame_schema(rows, kinds), preserve_index=False)
     columns = list(rows[0])
     schema = pa.schema([pa.field(name, _ARROW_TYPES[kinds[name]]) if name in kinds else
                         pa.field(name, pa.array([row[name] for row in rows]).type) for name in columns])
     return pa.Table.from_pylist([{name: _cell(row[name], kinds.get(name)) for name in columns} for row in rows],
                                 schema=schema)
+
+
+def _frame_schema(frame: pd.DataFrame, kinds: dict[str, type]) -> pa.Schema:
+    """A DataFrame's Arrow schema, the columns named in `kinds` of that kind's type (typed_table)."""
+    inferred = pa.Schema.from_pandas(frame, preserve_index=False)
+    typed = pa.schema([pa.field(f.name, _ARROW_TYPES[kinds[f.name]]) if f.name in kinds else f for f in inferred])
+    # pandas' metadata as a conversion to the typed schema writes it (from the first row: no copy of the rest).
+    return pa.Table.from_pandas(frame.iloc[:1], schema=typed, preserve_index=False).schema
+
+
+def write_frame(frame: pd.DataFrame, sink, kinds: dict[str, type] | None = None) -> None:
+    """Writes a DataFrame as one Parquet file, ROW_GROUP rows converted to Arrow at a time:
+    a run's rounds table (2·10⁷ rows for 10⁹ users) is never a whole Arrow table in memory.
+
+    Args:
+      frame: the rows.
+      sink: a path, or a writable binary stream (left open).
+      kinds: as typed_table (None: the types Arrow infers).
+    """
+    schema = _frame_schema(frame, kinds or {})
+    with pq.ParquetWriter(sink, schema) as writer:
+        for start in range(0, max(len(frame), 1), ROW_GROUP):
+            writer.write_table(pa.Table.from_pandas(frame.iloc[start: start + ROW_GROUP], schema=schema,
+                                                    preserve_index=False))
 
 
 def _cell(value, kind: type | None):
@@ -302,7 +324,7 @@ class ParquetStore:
         """
         part = _part_name(run_row["run_id"], run_row["mlflow_run_id"])
         if not rounds.empty:
-            self.location.write(self.location.path(ROUNDS, part), _parquet_bytes(typed_table(rounds, kinds)))
+            self.location.write_with(self.location.path(ROUNDS, part), lambda stream: write_frame(rounds, stream, kinds))
         self.location.write(self.location.path(RUNS, part), _parquet_bytes(typed_table([run_row], kinds)))
 
 
