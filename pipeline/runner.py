@@ -584,7 +584,7 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
         raise RuntimeError("the executed rounds differ from the planned ledger")
     _check_rederived(planned, ledger, ledger_json)
     epsilon_spent, delta_spent = ledger.spent_columns()
-    rounds = pd.DataFrame({
+    rounds = pd.DataFrame(copy=False, data={
         "run_id": run.run_id,
         "mlflow_run_id": mlflow_run_id,
         "experiment": run["experiment"],

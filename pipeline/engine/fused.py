@@ -10,8 +10,8 @@ bit-identical to the Python path's, on any CPU (tests/test_fused.py checks them 
 round). Anything else (a plug-in or subclass, another problem, protocol or optimizer,
 sampled users, dropouts, records, smoothing) keeps the Python path: `fused_rounds` says None.
 
-A record's `seconds` is its window's time divided by its rounds (timing each round inside
-the compiled loop would slow it).
+A record's `seconds` is its window's time (the wait for its users' draw included) divided
+by its rounds (timing each round inside the compiled loop would slow it).
 """
 from __future__ import annotations
 
@@ -118,10 +118,10 @@ class FusedRounds:
             block_stop = (first_user // job.block_size + 1) * job.block_size
             end = min(stop, group_start + group.rounds, round_index + -(-(block_stop - first_user) // batch))
             last_user = group.first_user + group.rounds * batch  # the group's, past this trip's
+            began = time.perf_counter()  # the wait for the users' draw counts in the rounds' time
             data, data_first = self._window(first_user, first_user + (end - round_index) * batch, last_user)
             params = job.protocol.planned(schedule.plan(round_index), problem.dim)
             excess, population = np.empty(end - round_index), np.empty(end - round_index)
-            began = time.perf_counter()
             done = self._kernel.rounds(
                 theta, theta_sum, steps, data, data_first, self._key, self._counter, self._generator,
                 round_index, end - round_index, first_user, batch, job.block_size, chunk_users(problem.dim),
