@@ -256,6 +256,7 @@ def rounds(theta, theta_sum, steps, data, data_first, key, counter, state, start
     ones = np.zeros(dim, np.int64)
     step = np.empty(dim)
     released = np.empty(dim)
+    squares = np.empty(dim)  # what pairwise_sum adds: numpy squares a vector first, then sums it
     for done in range(count):
         round_index = start + done
         user = first_user + done * batch
@@ -282,8 +283,8 @@ def rounds(theta, theta_sum, steps, data, data_first, key, counter, state, start
                 return done
             step[coordinate] = theta[coordinate] - step_size * (estimate / batch)
         for coordinate in range(dim):
-            released[coordinate] = step[coordinate] * step[coordinate]
-        norm = np.sqrt(pairwise_sum(released, 0, dim))
+            squares[coordinate] = step[coordinate] * step[coordinate]
+        norm = np.sqrt(pairwise_sum(squares, 0, dim))
         if not norm <= radius:
             shrink = radius / norm
             for coordinate in range(dim):
@@ -298,8 +299,8 @@ def rounds(theta, theta_sum, steps, data, data_first, key, counter, state, start
             theta[coordinate] = step[coordinate]
         for coordinate in range(dim):
             gap = released[coordinate] - optimum[coordinate]
-            released[coordinate] = gap * gap
-        squared = pairwise_sum(released, 0, dim)
+            squares[coordinate] = gap * gap
+        squared = pairwise_sum(squares, 0, dim)
         excess[done] = 0.5 * squared
         population[done] = 0.5 * squared + half_spread_squared
     return count

@@ -99,14 +99,9 @@ class RoundRecords:
         if self._pending:
             pending, self._pending = self._pending, []
             fields = dict(zip(RoundRecord._fields, zip(*pending)))
-            params = []
-            for value in fields["params"]:
-                if params and params[-1][0] is value:
-                    params[-1][1] += 1
-                else:
-                    params.append([value, 1])
             self._length -= len(pending)
-            self._add_chunk({name: np.array(fields[name], dtype) for name, dtype in COLUMNS.items()}, params,
+            self._add_chunk({name: np.array(fields[name], dtype) for name, dtype in COLUMNS.items()},
+                            [[params, 1] for params in fields["params"]],  # _add_chunk merges the runs
                             {position: model for position, model in enumerate(fields["released"])
                              if model is not None})
         if join and len(self._chunks) > 1:
