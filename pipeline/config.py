@@ -90,10 +90,7 @@ MAX_USERS = 10**10
 # Seeds are stored as int64 in runs.parquet: a larger one would turn the column to float64 and collapse seeds.
 MAX_SEED = 2**63 - 1
 # The most rounds a run may plan (full_gd's optimizer.rounds, or n / batch size for sequential
-# optimizers). Planning and the ledger go by groups of equal rounds now, but every round is still
-# recorded (a round record, about 1 KiB while the run is written: runner.RECORD_BYTES, which the
-# memory rule counts) and plug-ins are planned round by round.
-# Every round is recorded (runner.RECORD_BYTES, which the memory rule counts) and run; a built-in
+# optimizers). Every round is recorded (runner.RECORD_BYTES, which the memory rule counts) and run; a built-in
 # protocol's group of equal rounds is planned and accounted at once, a plug-in's round by round.
 MAX_ROUNDS, PLUGIN_MAX_ROUNDS = 10**8, 10**7
 ROUNDS_REASON = ("every round is recorded and a plug-in protocol is planned round by round; at most 10⁸ rounds, "

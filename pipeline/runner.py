@@ -30,9 +30,7 @@ from pipeline.problems.records import ONE_EACH, parse_records_per_user
 from pipeline.protocols import PROTOCOLS
 from pipeline.protocols.base import BINARY, REAL, PlanError
 
-if TYPE_CHECKING:  # pandas and the sinks (mlflow) load where a run is recorded, so `ledger` starts fast
-    import pandas as pd
-
+if TYPE_CHECKING:  # the sinks (pandas, mlflow) load where a run is recorded, so `ledger` starts fast
     from pipeline.tracking import MlflowTracker, ParquetStore
 
 METRIC_COLUMNS = ("excess_loss", "epsilon_spent")
@@ -264,11 +262,11 @@ def _records_per_round(run: RunConfig, optimizer, records: dict) -> dict:
 MEMORY_MARGIN = 0.8
 PROCESS_BYTES = 256 * 2**20
 # What each round costs the process that records the run, whatever n: its record (RoundRecords'
-# columns), ledger spend and rounds-table row while the run is written. Measured: 400 bytes a
-# round at the peak of a local seq_sgd run (d = 10; 1.25·10⁵ and 10⁶ rounds, maximum resident
-# memory's slope; 853 while records were a tuple each), rounded up. On Ray the run's task holds
-# the records too, before they travel.
-RECORD_BYTES = 512
+# columns, 80 bytes), its ledger spend and cumulative time (24), and the ledger check's and
+# the join's transients. Measured: 149 bytes a round, the slope of the peak resident memory of
+# local seq_sgd runs of 3.9·10⁶ and 1.96·10⁷ rounds (d = 10; 1.14 and 3.48 GB), rounded up.
+# On Ray the run's task holds the records too, before they travel.
+RECORD_BYTES = 256
 
 
 def _cgroup_limits(root: Path) -> list[int]:
@@ -446,12 +444,6 @@ def theory_rates(run: RunConfig, job: engine.RunJob) -> dict[str, float]:
     }
 
 
-def _finite(table: pd.DataFrame, what: str) -> None:
-    numbers = table.select_dtypes("number")
-    if not numbers.empty and not bool(numbers.apply(lambda c: c.map(math.isfinite)).all().all()):
-        raise FloatingPointError(f"a NaN or infinity reached the {what}")
-
-
 @dataclasses.dataclass
 class GridSummary:
     """What a grid run did."""
@@ -571,10 +563,9 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
       LedgerError: the ledger, re-derived in a separate process, differs or misses the target.
       FloatingPointError: a NaN or infinity in the results.
     """
-    import pandas as pd
-
     from pipeline import results
     from pipeline.tracking import FINISHED
+    from pipeline.tracking.column_table import ColumnTable
 
     run, job = planned.config, planned.job
     columns = {name: records.column(name) for name in engine.ROUND_COLUMNS}
@@ -584,7 +575,9 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
         raise RuntimeError("the executed rounds differ from the planned ledger")
     _check_rederived(planned, ledger, ledger_json)
     epsilon_spent, delta_spent = ledger.spent_columns()
-    rounds = pd.DataFrame(copy=False, data={
+    measured = _measured_columns(job, records)
+    # Columns and constants, not a DataFrame: the records' own arrays, and no per-row strings.
+    rounds = ColumnTable({
         "run_id": run.run_id,
         "mlflow_run_id": mlflow_run_id,
         "experiment": run["experiment"],
@@ -594,16 +587,16 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
         "population_loss": columns["population_loss"],
         "epsilon_spent": epsilon_spent,
         "delta_spent": delta_spent,
-        "wall_s": pd.Series(columns["seconds"]).cumsum(),
+        "wall_s": np.cumsum(columns["seconds"]),
+        # every file has every column: NaN where a run does not measure it
+        **{column: columns[column] if column in measured else math.nan for column in results.MEASURED},
     })
-    measured = _measured_columns(job, records)
-    for column in results.MEASURED:  # every file has every column: NaN where a run does not measure it
-        rounds[column] = columns[column] if column in measured else math.nan
     if not job.problem.exact_loss:  # a dataset's rounds are measured at job.evaluation_rounds only
-        rounds = rounds[rounds["round"].isin(job.evaluation_rounds)].reset_index(drop=True)
+        rounds = rounds.take(np.flatnonzero(np.isin(columns["round"], list(job.evaluation_rounds))))
     if _final_only(planned):  # the other iterates are secret: not one of them is logged
-        rounds = rounds.tail(1).reset_index(drop=True)
-    _finite(rounds[["excess_loss", "population_loss", *measured]], "round metrics")
+        rounds = rounds.take(np.arange(len(rounds))[-1:])
+    if not all(np.isfinite(rounds.column(column)).all() for column in ("excess_loss", "population_loss", *measured)):
+        raise FloatingPointError("a NaN or infinity reached the round metrics")
     epsilon, delta = ledger.total()
     row = {**_row(planned, mlflow_run_id, started_at), "final_excess_loss": records[-1].excess_loss,
            "epsilon": epsilon, "delta": delta, **planned.rates, "status": FINISHED, "wall_s": wall_s,

@@ -349,6 +349,28 @@ def test_round_records_pickle_in_columns_and_come_back_the_same():
     assert pickle.loads(pickle.dumps(RoundRecords())) == []
 
 
+def test_joining_records_column_by_column_leaves_the_joined_records_whole():
+    """A run's records join their trips' chunks a column at a time, dropping each chunk's
+    column as it goes (the copy's peak is one column): a trip's own records, extended into
+    the run's, must still read whole afterwards."""
+    from pipeline.engine.rounds import RoundRecords
+
+    trips = [RoundRecords.from_columns("p", round=np.arange(start, start + 3), first_user=7 * np.arange(start, start + 3),
+                                       stop_user=7 * np.arange(start + 1, start + 4), users=np.full(3, 7),
+                                       excess_loss=np.full(3, 0.5 * start), population_loss=np.full(3, 1.0),
+                                       seconds=np.full(3, 1e-6)) for start in (0, 3, 6)]
+    run = RoundRecords()
+    for trip in trips:
+        run.extend(trip)
+    run.append(run[0]._replace(round=9))
+    assert run.column("round").tolist() == list(range(10)) and run.column("users").tolist() == [7] * 10
+    assert run.column("excess_loss").tolist() == [0.0] * 3 + [1.5] * 3 + [3.0] * 3 + [0.0]
+    assert run.params_runs() == [("p", 10)]
+    for start, trip in zip((0, 3, 6), trips):
+        assert trip.column("round").tolist() == [start, start + 1, start + 2]
+        assert trip.column("excess_loss").tolist() == [0.5 * start] * 3
+
+
 @pytest.mark.parametrize("name", ["seq_sgd", "full_gd", "seq_agd", "cldp_sgd", "full_phased", "seq_phased",
                                   "seq_sgd_robust", "mean_estimation"])
 @pytest.mark.parametrize("shards", [1, 3, 8])

@@ -91,10 +91,10 @@ def test_the_margin_and_every_process_of_a_ray_run_on_this_machine(tmp_path, cap
 @pytest.mark.parametrize("backend", ["local", "ray"])
 def test_round_records_count_a_sequential_run_that_holds_no_users(tmp_path, capsys, monkeypatch, backend):
     """seq_sgd draws its users per block, but the process that records the run holds every round's
-    record (RECORD_BYTES = 512 each, measured): 10⁸ users in rounds of 20 are 5·10⁶ records, 2.38 GiB
-    and a process, above 80% of 2 GiB; in rounds of 50, 2·10⁶ records fit (0.95 GiB and a process;
-    on a Ray instance here, twice the records and 4 processes: 2.91 GiB, refused)."""
-    assert runner.RECORD_BYTES == 512  # the numbers below
+    record (RECORD_BYTES = 256 each, measured): 10⁸ users in rounds of 10 are 10⁷ records, 2.38 GiB
+    and a process, above 80% of 2 GiB; in rounds of 50, 2·10⁶ records fit (0.48 GiB and a process;
+    on a Ray instance here, twice the records and 4 processes: 1.95 GiB, refused)."""
+    assert runner.RECORD_BYTES == 256  # the numbers below
     monkeypatch.setattr(runner, "memory_bytes", lambda: 2 * GIB)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
 
@@ -105,12 +105,12 @@ def test_round_records_count_a_sequential_run_that_holds_no_users(tmp_path, caps
         (tmp_path / "config.yaml").write_text(yaml.safe_dump(tree))
         return cli.main(["ledger", str(tmp_path / "config.yaml")]), capsys.readouterr().err.strip().splitlines()
 
-    code, lines = ledger(20)
+    code, lines = ledger(10)
     assert code == 2 and len(lines) == 1, lines
-    what = "one process holding 4096 users and 5000000 round records" if backend == "local" else \
-        "this machine's 2 shard processes, the run's task and the driver holding 8192 users and 10000000 round records"
+    what = "one process holding 4096 users and 10000000 round records" if backend == "local" else \
+        "this machine's 2 shard processes, the run's task and the driver holding 8192 users and 20000000 round records"
     assert lines[0].startswith(f"config error: n_users = 100000000: {what}: "), lines[0]
-    assert "512 bytes a round record" in lines[0] and "of the 2 GiB" in lines[0], lines[0]
+    assert "256 bytes a round record" in lines[0] and "of the 2 GiB" in lines[0], lines[0]
     assert ("take 2.63 GiB" if backend == "local" else "take 5.77 GiB") in lines[0], lines[0]
     code, lines = ledger(50)
     assert (code, len(lines)) == ((0, 0) if backend == "local" else (2, 1)), lines

@@ -4,6 +4,7 @@ and schema as one table, and a write that fails leaves no file on a local folder
 from __future__ import annotations
 
 import io
+import math
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,7 @@ import yaml
 
 from pipeline import cli
 from pipeline.tracking import parquet_store
+from pipeline.tracking.column_table import ColumnTable
 from pipeline.tracking.location import Location
 from pipeline.tracking.parquet_store import typed_table, write_frame
 
@@ -36,6 +38,34 @@ def test_slices_write_the_rows_types_and_schema_of_one_table(monkeypatch, rows):
     got, expected = (pd.read_parquet(io.BytesIO(buffer.getvalue())) for buffer in (sliced, whole))
     pd.testing.assert_frame_equal(got, expected, check_exact=True)
     assert str(got["users_in_round"].dtype) == "int64"
+
+
+@pytest.mark.parametrize("rows", [0, 1, 3, 10])
+def test_a_column_table_writes_the_file_of_the_frame_it_stands_for(monkeypatch, rows):
+    """A run's rounds table is columns and constants (never a whole DataFrame): its file must be
+    the one its rows written out as a DataFrame give, byte for byte, pandas' metadata included."""
+    monkeypatch.setattr(parquet_store, "ROW_GROUP", 3)
+    kinds = {"round": int, "users_in_round": int, "run_id": str, "test_loss": float}
+    table = ColumnTable({"run_id": "a-run", "round": np.arange(rows), "excess_loss": np.linspace(0, 1, rows),
+                         "users_in_round": np.full(rows, 51.0), "test_loss": math.nan})
+    frame = pd.DataFrame({"run_id": pd.array(["a-run"] * rows, dtype="str"), "round": np.arange(rows),
+                          "excess_loss": np.linspace(0, 1, rows), "users_in_round": np.full(rows, 51.0),
+                          "test_loss": np.full(rows, math.nan)})
+    from_table, from_frame = io.BytesIO(), io.BytesIO()
+    write_frame(table, from_table, kinds)
+    write_frame(frame, from_frame, kinds)
+    assert from_table.getvalue() == from_frame.getvalue()
+    assert len(table) == rows and table.names == list(frame.columns)
+    picked = table.take([rows - 1] if rows else [])
+    assert picked.column("round").tolist() == frame["round"].tolist()[-1:] and picked.column("run_id").tolist() == (
+        ["a-run"] if rows else [])
+
+
+def test_a_column_table_refuses_columns_of_different_lengths():
+    with pytest.raises(ValueError, match=r"lengths \[2, 3\]"):
+        ColumnTable({"round": np.arange(3), "excess_loss": np.zeros(2)})
+    with pytest.raises(ValueError, match=r"lengths \[\]"):
+        ColumnTable({"run_id": "a-run"})
 
 
 def test_a_run_writes_its_rounds_in_row_groups_through_the_cli(tmp_path, monkeypatch, new_mlflow_store):

@@ -104,8 +104,11 @@ class RoundRecords:
                             [[params, 1] for params in fields["params"]],  # _add_chunk merges the runs
                             {position: model for position, model in enumerate(fields["released"])
                              if model is not None})
-        if join and len(self._chunks) > 1:
-            self._chunks = [{name: np.concatenate([chunk[name] for chunk in self._chunks]) for name in COLUMNS}]
+        if join and len(self._chunks) > 1:  # a column at a time, its chunks dropped: the copy's peak is one column
+            chunks, joined = self._chunks, {}
+            for name in COLUMNS:
+                joined[name] = np.concatenate([chunk.pop(name) for chunk in chunks])
+            self._chunks = [joined]
 
     def append(self, record: RoundRecord) -> None:
         """Adds one round's record after the others."""
@@ -118,7 +121,7 @@ class RoundRecords:
             records._flush()
             self._flush(join=False)
             if records._chunks:
-                self._add_chunk(records._chunks[0], records._params, records._released)
+                self._add_chunk(dict(records._chunks[0]), records._params, records._released)  # ours to join
             return
         for record in records:
             self.append(record)

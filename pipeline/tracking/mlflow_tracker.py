@@ -13,11 +13,11 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import numpy as np
-import pandas as pd
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from pipeline.errors import ConfigError
+from pipeline.tracking.column_table import ColumnTable
 from pipeline.tracking.parquet_store import write_frame
 
 # MLflow accepts at most 1000 metrics and 100 params per log_batch call.
@@ -200,8 +200,9 @@ class MlflowTracker:
             self.client.log_batch(run.info.run_id, params=items[at:at + PARAMS_PER_BATCH])
         return run.info.run_id
 
-    def log_rounds(self, mlflow_run_id: str, rounds: pd.DataFrame, columns: tuple[str, ...]) -> None:
-        """Logs per-round metrics with step = round, in batches.
+    def log_rounds(self, mlflow_run_id: str, rounds: ColumnTable, columns: tuple[str, ...]) -> None:
+        """Logs per-round metrics with step = round, in batches (every round if there are few,
+        else `metric_steps`).
 
         Args:
           mlflow_run_id: the MLflow run.
@@ -209,17 +210,18 @@ class MlflowTracker:
           columns: the metric columns to log.
         """
         timestamp = int(time.time() * 1000)
-        picked = rounds.iloc[metric_steps(len(rounds))]
+        picked = rounds.take(metric_steps(len(rounds)))
+        steps = picked.column("round").tolist()
         metrics = [
             Metric(column, float(value), timestamp, int(step))
             for column in columns
-            for step, value in zip(picked["round"], picked[column])
+            for step, value in zip(steps, picked.column(column).tolist())
         ]
         for at in range(0, len(metrics), METRICS_PER_BATCH):
             self.client.log_batch(mlflow_run_id, metrics=metrics[at:at + METRICS_PER_BATCH])
 
     def finish(self, mlflow_run_id: str, summary: dict[str, float], files: dict[str, bytes],
-               rounds: pd.DataFrame | None, status: str | None) -> None:
+               rounds: ColumnTable | None, status: str | None) -> None:
         """Logs final metrics and artifacts, then ends the run (unless status is None).
 
         Args:
@@ -238,7 +240,7 @@ class MlflowTracker:
         if status is not None:
             self.end(mlflow_run_id, status)
 
-    def _log_files(self, mlflow_run_id: str, files: dict[str, bytes], rounds: pd.DataFrame | None = None) -> None:
+    def _log_files(self, mlflow_run_id: str, files: dict[str, bytes], rounds: ColumnTable | None = None) -> None:
         """Uploads artifacts from a temporary local folder (MLflow logs local files)."""
         if not files and rounds is None:
             return

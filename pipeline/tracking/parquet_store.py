@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import ConfigError
+from pipeline.tracking.column_table import ColumnTable
 from pipeline.tracking.location import Location, check_writable, open_location
 
 FINISHED = "finished"
@@ -64,26 +65,31 @@ def typed_table(rows: list[dict] | pd.DataFrame, kinds: dict[str, type]) -> pa.T
 
 
 def _frame_schema(frame: pd.DataFrame, kinds: dict[str, type]) -> pa.Schema:
-    """A DataFrame's Arrow schema, the columns named in `kinds` of that kind's type (typed_table)."""
+    """A DataFrame's Arrow schema, the columns named in `kinds` of that kind's type (typed_table);
+    pandas' metadata as its first row's conversion writes it (the caller may pass just that row)."""
     inferred = pa.Schema.from_pandas(frame, preserve_index=False)
     typed = pa.schema([pa.field(f.name, _ARROW_TYPES[kinds[f.name]]) if f.name in kinds else f for f in inferred])
-    # pandas' metadata as a conversion to the typed schema writes it (from the first row: no copy of the rest).
     return pa.Table.from_pandas(frame.iloc[:1], schema=typed, preserve_index=False).schema
 
 
-def write_frame(frame: pd.DataFrame, sink, kinds: dict[str, type] | None = None) -> None:
-    """Writes a DataFrame as one Parquet file, ROW_GROUP rows converted to Arrow at a time:
-    a run's rounds table (2·10⁷ rows for 10⁹ users) is never a whole Arrow table in memory.
+def write_frame(frame: pd.DataFrame | ColumnTable, sink, kinds: dict[str, type] | None = None) -> None:
+    """Writes a table as one Parquet file, ROW_GROUP rows converted to Arrow at a time:
+    a run's rounds table (2·10⁷ rows for 10⁹ users) is never a whole Arrow table, nor
+    (as a ColumnTable) a whole DataFrame, in memory.
 
     Args:
       frame: the rows.
       sink: a path, or a writable binary stream (left open).
       kinds: as typed_table (None: the types Arrow infers).
     """
-    schema = _frame_schema(frame, kinds or {})
+    def rows(start: int, stop: int) -> pd.DataFrame:
+        return frame.frame(start, stop) if isinstance(frame, ColumnTable) else frame.iloc[start:stop]
+
+    # A DataFrame's object columns are typed from all their values; a ColumnTable's are constants or arrays.
+    schema = _frame_schema(rows(0, 1) if isinstance(frame, ColumnTable) else frame, kinds or {})
     with pq.ParquetWriter(sink, schema) as writer:
         for start in range(0, max(len(frame), 1), ROW_GROUP):
-            writer.write_table(pa.Table.from_pandas(frame.iloc[start: start + ROW_GROUP], schema=schema,
+            writer.write_table(pa.Table.from_pandas(rows(start, start + ROW_GROUP), schema=schema,
                                                     preserve_index=False))
 
 
@@ -314,7 +320,7 @@ class ParquetStore:
         for name, content in files.items():
             self.location.write(f"{folder}/{name}", content)
 
-    def commit(self, run_row: dict, rounds: pd.DataFrame, kinds: dict[str, type]) -> None:
+    def commit(self, run_row: dict, rounds: pd.DataFrame | ColumnTable, kinds: dict[str, type]) -> None:
         """Records an attempt: its rounds (if any), then its runs row, which marks it ended.
 
         Args:
@@ -323,7 +329,7 @@ class ParquetStore:
           kinds: the Python kind of each known column (typed_table).
         """
         part = _part_name(run_row["run_id"], run_row["mlflow_run_id"])
-        if not rounds.empty:
+        if len(rounds):
             self.location.write_with(self.location.path(ROUNDS, part), lambda stream: write_frame(rounds, stream, kinds))
         self.location.write(self.location.path(RUNS, part), _parquet_bytes(typed_table([run_row], kinds)))
 
