@@ -27,10 +27,10 @@ from pipeline.protocols.cjmp import CjmpVec
 
 
 def _tree(n_users: int, dim: int, block_size: int, batch_size: int | None = None, accounting: str = "tight",
-          seed: int = 0, **optimizer) -> dict:
+          seed: int = 0, name: str = "seq_sgd", **optimizer) -> dict:
     return {"experiment": "fused", "problem": {"name": "quadratic", "dim": dim, "radius": 1.0},
             "n_users": n_users,
-            "optimizer": {"name": "seq_sgd", **({"batch_size": batch_size} if batch_size else {}), **optimizer},
+            "optimizer": {"name": name, **({"batch_size": batch_size} if batch_size else {}), **optimizer},
             "privacy": {"epsilon": 1.0, "delta": 1e-6, "accounting": accounting}, "seeds": [seed],
             "execution": {"backend": "local", "shards": 1, "block_size": block_size}}
 
@@ -106,6 +106,11 @@ CASES = {
     "several chunks a round (d = 100)": dict(n_users=20_000, dim=100, block_size=4096, batch_size=2000),
     "paper accounting": dict(n_users=5_000, dim=3, block_size=64, accounting="paper", seed=3),
     "projection active": dict(n_users=4_000, dim=2, block_size=512, batch_size=4, step_size=5.0, seed=2),
+    "seq_agd (paper)": dict(n_users=20_000, dim=10, block_size=1000, name="seq_agd"),
+    "seq_agd (calibrated), batches straddling blocks": dict(n_users=6_000, dim=3, block_size=100, name="seq_agd",
+                                                            parameters="calibrated", seed=4),
+    "seq_agd, projection active": dict(n_users=4_000, dim=2, block_size=512, batch_size=4, rounds=200,
+                                       name="seq_agd", parameters="calibrated", seed=1),
 }
 
 
@@ -120,14 +125,15 @@ def test_fused_rounds_equal_the_python_rounds_round_by_round(case, start):
     for python_record, fused_record in zip(python_records, fused_records):
         assert _bits(fused_record) == _bits(python_record), python_record.round
         assert fused_record.params is python_record.params
-    assert fused_state.steps == python_state.steps
-    assert np.array_equal(fused_state.theta, python_state.theta)
-    assert np.array_equal(fused_state.theta_sum, python_state.theta_sum)
+    assert type(fused_state) is type(python_state)
+    for field, fused_value, python_value in zip(python_state._fields, fused_state, python_state):
+        assert np.array_equal(fused_value, python_value), field
 
 
-def test_the_projection_case_projects():
-    """"projection active" takes the ball projection's shrinking branch (else it would test nothing more)."""
-    job = _job(_tree(**CASES["projection active"]))
+@pytest.mark.parametrize("case", ["projection active", "seq_agd, projection active"])
+def test_the_projection_case_projects(case):
+    """The projection cases take the ball projection's shrinking branch (else they would test nothing more)."""
+    job = _job(_tree(**CASES[case]))
     state = job.optimizer.start(job.seed)
     shard = Shard(job, 0, job.layout.n_blocks)
     norms = []
@@ -195,7 +201,8 @@ def test_a_subclass_keeps_the_python_path(what):
 @pytest.mark.parametrize("change", [
     {"privacy": {"epsilon": 1.0, "delta": 1e-6, "honest_fraction": 0.9}},
     {"optimizer": {"name": "full_gd", "rounds": 3}},
-    {"optimizer": {"name": "seq_agd"}},
+    {"optimizer": {"name": "seq_phased"}},
+    {"optimizer": {"name": "seq_agd_smoothed"}},
     {"execution": {"backend": "local", "shards": 1, "block_size": 256, "simulation": "literal"}},
     {"problem": {"name": "logistic", "dim": 3}},
     {"privacy": {"epsilon": 1.0, "delta": 1e-6, "protocol": "shuffle_gaussian"}},
@@ -206,16 +213,18 @@ def test_other_runs_keep_the_python_path(change):
     assert not fused.fusable(_job(tree))
 
 
-def test_a_seq_sgd_grid_through_the_cli_writes_the_python_rounds_losses(tmp_path, new_mlflow_store):
+@pytest.mark.parametrize("name", ["seq_sgd", "seq_agd"])
+def test_a_grid_through_the_cli_writes_the_python_rounds_losses(tmp_path, new_mlflow_store, name):
     """`python -m pipeline run` (2 shards, fused) writes, bit for bit, the losses of the Python rounds."""
-    tree = _tree(n_users=30_000, dim=10, block_size=1024)
+    tree = _tree(n_users=30_000, dim=10, block_size=1024, name=name)
+    assert fused.fusable(_job(tree))
     tree["execution"]["shards"] = 2
     tree["tracking"] = {"mlflow_uri": new_mlflow_store(tmp_path / "mlflow.db"), "out": str(tmp_path / "out")}
     path = tmp_path / "grid.yaml"
     path.write_text(yaml.safe_dump(tree))
     assert cli.main(["run", str(path)]) == 0
     rounds = pd.read_parquet(Path(tmp_path / "out" / "rounds.parquet")).sort_values("round")
-    _, records = _rounds(_job(_tree(n_users=30_000, dim=10, block_size=1024)), 0, fused_path=False)
-    assert len(rounds) == len(records) == 588
+    _, records = _rounds(_job(_tree(n_users=30_000, dim=10, block_size=1024, name=name)), 0, fused_path=False)
+    assert len(rounds) == len(records) == {"seq_sgd": 588, "seq_agd": 30_000 // _job(tree).optimizer.batch_size}[name]
     assert np.array_equal(rounds["excess_loss"].to_numpy(), [record.excess_loss for record in records])
     assert np.array_equal(rounds["population_loss"].to_numpy(), [record.population_loss for record in records])

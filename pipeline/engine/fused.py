@@ -1,5 +1,5 @@
-"""Fused sequential rounds: a shard's carried rounds of P_SGD (seq_sgd) with P_vec in
-exact mode on the quadratic problem, run as one compiled function per window of rounds
+"""Fused sequential rounds: a shard's carried rounds of P_SGD (seq_sgd) or P_AGD (seq_agd)
+with P_vec in exact mode on the quadratic problem, run as one compiled function per window of rounds
 instead of ~22 numpy calls a round (shared/DESIGN.md §5, "Fast paths are twins of the
 reference path").
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -25,8 +25,9 @@ from pipeline.engine.layout import ROUND_STREAM, counter, run_key
 from pipeline.engine.rounds import RoundRecords
 from pipeline.engine.shard import chunk_users, drawn_per_block
 from pipeline.errors import NonFiniteError
-from pipeline.optimizers.averaged import AveragedProjectedDescent, AveragedState
+from pipeline.optimizers.averaged import AveragedProjectedDescent
 from pipeline.optimizers.base import RoundGroup
+from pipeline.optimizers.seq_agd import SeqAGD
 from pipeline.problems.quadratic import Quadratic
 from pipeline.protocols.base import GRADIENTS
 
@@ -35,22 +36,46 @@ from pipeline.protocols.base import GRADIENTS
 _PLAIN = RoundGroup(rounds=1, users=1, first_user=0, user_stride=1, epsilon=1.0, delta=0.0, norm_bound=1.0)
 _PLAIN_FIELDS = ("folds", "sampling", "sample_size", "rate", "noise_std", "noisy_max", "honest_fraction",
                  "smoothing", "records_per_round", "per_record", "records_min")
-# The optimizer methods the compiled rounds reproduce (a subclass overriding one keeps Python).
+
+
+class _Rule(NamedTuple):
+    """An optimizer the compiled rounds reproduce: its class, whose methods a subclass must
+    not override (else it keeps Python), the kernel's rule (named: fused_kernel loads numba,
+    which only fused runs import), and its rate (fused_kernel.rounds)."""
+
+    base: type
+    methods: tuple[str, ...]
+    kernel_rule: str
+    rate: Callable[[Any], float]
+
+
+# Both states are (θ, a second vector, a step count): AveragedState and AcsaState.
 _STATE_METHODS = ("init", "start", "query", "update", "output")
+_RULES = (_Rule(AveragedProjectedDescent, _STATE_METHODS, "AVERAGED", lambda optimizer: optimizer.step_size),
+          _Rule(SeqAGD, (*_STATE_METHODS, "curvature", "curvature_scale"), "ACSA",
+                lambda optimizer: optimizer.curvature_scale))
+
+
+def _rule(optimizer: Any) -> _Rule | None:
+    """The rule that reproduces an optimizer's rounds, or None."""
+    kind = type(optimizer)
+    for rule in _RULES:
+        if issubclass(kind, rule.base) and all(getattr(kind, name) is getattr(rule.base, name)
+                                               for name in rule.methods):
+            return rule
+    return None
 
 
 def fusable(job: Any) -> bool:
     """Whether a job's carried rounds have a compiled twin: exactly P_SGD's averaged
-    projected steps, exactly the quadratic problem, a protocol with a `fused_encoding`
-    for every group's call (P_vec in exact mode), users drawn per block, and plain
-    sequential groups.
+    projected steps or P_AGD's AC-SA steps (_RULES), exactly the quadratic problem, a
+    protocol with a `fused_encoding` for every group's call (P_vec in exact mode), users
+    drawn per block, and plain sequential groups.
 
     Args:
       job: the RunJob.
     """
-    optimizer = type(job.optimizer)
-    if not (issubclass(optimizer, AveragedProjectedDescent)
-            and all(getattr(optimizer, name) is getattr(AveragedProjectedDescent, name) for name in _STATE_METHODS)):
+    if _rule(job.optimizer) is None:
         return False
     if type(job.problem) is not Quadratic or job.simulation != "exact" or not drawn_per_block(job):
         return False
@@ -99,7 +124,7 @@ class FusedRounds:
             self._block(blocks[-1] + 1)
         return (drawn[0] if len(drawn) == 1 else np.concatenate(drawn, axis=1)), blocks[0] * size
 
-    def run(self, state: AveragedState, start: int, stop: int) -> tuple[AveragedState, RoundRecords]:
+    def run(self, state: tuple, start: int, stop: int) -> tuple[tuple, RoundRecords]:
         """Rounds [start, stop), as Shard.python_rounds, window by window: the rounds that
         start in one block (their users end at most one block further on).
 
@@ -108,7 +133,8 @@ class FusedRounds:
         """
         job, schedule = self._job, self._job.schedule
         problem = job.problem
-        theta, theta_sum, steps = state.theta.copy(), state.theta_sum.copy(), np.array([state.steps], np.int64)
+        rule = _rule(job.optimizer)
+        theta, other, steps = state[0].copy(), state[1].copy(), np.array([state[2]], np.int64)
         records = RoundRecords()
         round_index = start
         while round_index < stop:
@@ -123,9 +149,9 @@ class FusedRounds:
             params = job.protocol.planned(schedule.plan(round_index), problem.dim)
             excess, population = np.empty(end - round_index), np.empty(end - round_index)
             done = self._kernel.rounds(
-                theta, theta_sum, steps, data, data_first, self._key, self._counter, self._generator,
+                theta, other, steps, data, data_first, self._key, self._counter, self._generator,
                 round_index, end - round_index, first_user, batch, job.block_size, chunk_users(problem.dim),
-                *job.protocol.fused_encoding(params), job.optimizer.step_size, problem.radius,
+                *job.protocol.fused_encoding(params), getattr(self._kernel, rule.kernel_rule), rule.rate(job.optimizer), problem.radius,
                 np.asarray(problem.optimum), 0.5 * problem.spread**2, excess, population)
             seconds = (time.perf_counter() - began) / max(done, 1)
             firsts = np.arange(first_user, first_user + done * batch, batch, dtype=np.int64)
@@ -135,10 +161,9 @@ class FusedRounds:
                 seconds=np.full(done, seconds)))
             round_index += done
             if round_index < end:  # a non-finite value: the Python round says which, and raises
-                self._shard.python_rounds(AveragedState(theta, theta_sum, int(steps[0])), round_index,
-                                          round_index + 1)
+                self._shard.python_rounds(type(state)(theta, other, int(steps[0])), round_index, round_index + 1)
                 raise NonFiniteError(f"round {round_index}: a non-finite value that the Python round did not find")
-        return AveragedState(theta, theta_sum, int(steps[0])), records
+        return type(state)(theta, other, int(steps[0])), records
 
 
 def fused_rounds(shard) -> FusedRounds | None:

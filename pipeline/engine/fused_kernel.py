@@ -1,6 +1,7 @@
 """The compiled body of the fused rounds (pipeline.engine.fused): numpy's Philox4x64-10
-generator, its uniforms and its binomial sampler, bit for bit, and one window of P_SGD
-rounds with P_vec on the quadratic problem, operation for operation as the Python path.
+generator, its uniforms and its binomial sampler, bit for bit, and one window of
+sequential rounds (P_SGD's averaged steps or P_AGD's AC-SA) with P_vec on the quadratic problem,
+operation for operation as the Python path.
 
 Each step names the reference it reproduces. numba compiles at first use and caches the
 machine code next to this file (or under NUMBA_CACHE_DIR). Its cache is keyed by this
@@ -233,18 +234,28 @@ def _rounded_chunk(theta, data, column, users, state, scale_bound, bound, top, s
     return True
 
 
-@njit(cache=True, nogil=True)  # nogil: the next block's users are drawn meanwhile (fused.FusedRounds)
-def rounds(theta, theta_sum, steps, data, data_first, key, counter, state, start, count, first_user, batch,
-           block_size, chunk, scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift,
-           step_size, radius, optimum, half_spread_squared, excess, population):
-    """Rounds [start, start + count) in place on (θ, Σθ, t); their losses into excess and population.
+# The optimizer's step rule (fused._RULES): its state is (θ, a second vector, a step count).
+AVERAGED, ACSA = 0, 1
 
-    Per round (Shard.python_rounds): each block's part of the batch is encoded from the
-    stream (ROUND_STREAM, round, block) (`counter`: that stream's first counter, any round
-    and block), chunk by chunk, then its Binomial(users·b_noise, p)
-    noise per coordinate (cjmp.encode_block); the analyzer (cjmp.finish and decode); the
-    projected step and running sum (AveragedProjectedDescent.update, problems.base.
-    ball_projection); the released average and its losses (Quadratic).
+
+@njit(cache=True, nogil=True)  # nogil: the next block's users are drawn meanwhile (fused.FusedRounds)
+def rounds(theta, other, steps, data, data_first, key, counter, state, start, count, first_user, batch,
+           block_size, chunk, scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift,
+           rule, rate, radius, optimum, half_spread_squared, excess, population):
+    """Rounds [start, start + count) in place on the optimizer's state; their losses into excess and population.
+
+    Per round (Shard.python_rounds): the query (the rule's); each block's part of the batch is
+    encoded from the stream (ROUND_STREAM, round, block) (`counter`: that stream's first
+    counter, any round and block), chunk by chunk, then its Binomial(users·b_noise, p) noise
+    per coordinate (cjmp.encode_block); the analyzer (cjmp.finish and decode); the projected
+    step (problems.base.ball_projection) and the released model, by `rule`:
+
+    - AVERAGED, state (θ, Σθ, t) (AveragedProjectedDescent): query θ; θ ← π(θ − rate·ḡ);
+      released (Σθ + θ)/(t + 1), the average before the step.
+    - ACSA, state (θ, θ^ag, t) (SeqAGD, AC-SA): α = 2/(t + 2); query αθ + (1 − α)θ^ag;
+      θ ← π(θ − ḡ/L_t) with L_t = rate/(t + 1) (SeqAGD.curvature); released θ^ag ← αθ + (1 − α)θ^ag.
+
+    Then the released model's losses (Quadratic).
 
     Returns:
       How many rounds ran: `count`, or the first round with a non-finite value.
@@ -254,11 +265,18 @@ def rounds(theta, theta_sum, steps, data, data_first, key, counter, state, start
     ties = np.empty(dim * chunk, np.int64)
     rounded = np.zeros(dim, np.int64)
     ones = np.zeros(dim, np.int64)
+    query = np.empty(dim)
     step = np.empty(dim)
     released = np.empty(dim)
     squares = np.empty(dim)  # what pairwise_sum adds: numpy squares a vector first, then sums it
     for done in range(count):
         round_index = start + done
+        alpha = 2.0 / (steps[0] + 2)  # ACSA's
+        for coordinate in range(dim):
+            if rule == ACSA:
+                query[coordinate] = alpha * theta[coordinate] + (1.0 - alpha) * other[coordinate]
+            else:
+                query[coordinate] = theta[coordinate]
         user = first_user + done * batch
         stop_user = user + batch
         ones[:] = 0
@@ -270,7 +288,7 @@ def rounds(theta, theta_sum, steps, data, data_first, key, counter, state, start
             for low in range(user, segment_stop, chunk):
                 users = min(chunk, segment_stop - low)
                 rounded[:] = 0
-                if not _rounded_chunk(theta, data, low - data_first, users, state, scale_bound, bound, top,
+                if not _rounded_chunk(query, data, low - data_first, users, state, scale_bound, bound, top,
                                       scaled, ties, rounded):
                     return done
                 ones += rounded
@@ -281,7 +299,10 @@ def rounds(theta, theta_sum, steps, data, data_first, key, counter, state, start
             estimate = decode_scale * (np.float64(ones[coordinate] - whole) - fraction) - shift
             if not np.isfinite(estimate):
                 return done
-            step[coordinate] = theta[coordinate] - step_size * (estimate / batch)
+            if rule == ACSA:
+                step[coordinate] = theta[coordinate] - (estimate / batch) / (rate / (steps[0] + 1))
+            else:
+                step[coordinate] = theta[coordinate] - rate * (estimate / batch)
         for coordinate in range(dim):
             squares[coordinate] = step[coordinate] * step[coordinate]
         norm = np.sqrt(pairwise_sum(squares, 0, dim))
@@ -290,12 +311,15 @@ def rounds(theta, theta_sum, steps, data, data_first, key, counter, state, start
             for coordinate in range(dim):
                 step[coordinate] *= shrink
         for coordinate in range(dim):  # checked before the state changes: the Python round then raises
-            released[coordinate] = (theta_sum[coordinate] + theta[coordinate]) / (steps[0] + 1)
+            if rule == ACSA:
+                released[coordinate] = alpha * step[coordinate] + (1.0 - alpha) * other[coordinate]
+            else:
+                released[coordinate] = (other[coordinate] + theta[coordinate]) / (steps[0] + 1)
             if not np.isfinite(released[coordinate]):
                 return done
         steps[0] += 1
         for coordinate in range(dim):
-            theta_sum[coordinate] += theta[coordinate]
+            other[coordinate] = released[coordinate] if rule == ACSA else other[coordinate] + theta[coordinate]
             theta[coordinate] = step[coordinate]
         for coordinate in range(dim):
             gap = released[coordinate] - optimum[coordinate]

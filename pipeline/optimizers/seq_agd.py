@@ -144,12 +144,18 @@ class SeqAGD(Optimizer):
                            self.epsilon, self.delta, self.problem.lipschitz)
         return Schedule(SEQUENTIAL, (group,))
 
-    def curvature(self, t: int) -> float:
-        """L_t of round t (1-based): the inverse step size."""
+    @property
+    def curvature_scale(self) -> float:
+        """L_t·(t + 1), the same every round: (T + 2)^{3/2}σ/R + β as printed (paper mode),
+        2·max(4β, σ(T + 2)^{3/2}/(√6 R)) (calibrated mode, Lan's Corollary 1)."""
         growth = (self.rounds + 2) ** 1.5 * self.sigma / self.reach
         if self.parameters == PAPER:
-            return (growth + self.problem.smoothness) / (t + 1)
-        return 2.0 * max(4.0 * self.problem.smoothness, growth / math.sqrt(6.0)) / (t + 1)
+            return growth + self.problem.smoothness
+        return 2.0 * max(4.0 * self.problem.smoothness, growth / math.sqrt(6.0))
+
+    def curvature(self, t: int) -> float:
+        """L_t of round t (1-based): the inverse step size."""
+        return self.curvature_scale / (t + 1)
 
     def init(self) -> AcsaState:
         zero = np.zeros(self.problem.dim)
