@@ -5,36 +5,46 @@ from bench.timing import best_times, full_gd_tree, planned_run, sized
 from pipeline.engine.shard import Shard
 
 DIM = 10
+# The fused optimizers, and the prefix of their metrics.
+OPTIMIZERS = {"seq_sgd": "seq", "seq_agd": "agd"}
 
 
 def run(size: str = "quick") -> dict[str, float]:
-    """seq_sgd on the quadratic (d = 10, ε = 1, tight: rounds of 51 users), one shard holding
-    every user: the same rounds fused and in Python from the same start, interleaved, best of N.
+    """seq_sgd and seq_agd on the quadratic (d = 10, ε = 1, tight: rounds of 51 users for
+    seq_sgd), one shard holding every user: the same rounds fused and in Python from the
+    same start, interleaved, best of N.
 
     Args:
       size: one of bench.timing.SIZES.
 
     Returns:
-      name → value: µs per round each way, their ratio, and the time drawing the same users
-      alone over the fused rounds' (numpy's normals, the same on both paths; above 1 the rounds
-      wait for the draws, which a thread makes while the kernel runs).
+      name → value: µs per round each way, their ratio, and (seq_sgd) the time drawing the
+      same users alone over the fused rounds' (numpy's normals, the same on both paths;
+      above 1 the rounds wait for the draws, which a thread makes while the kernel runs).
     """
-    tree = full_gd_tree(sized(size, 20_000, 10**6, 10**7), DIM, rounds=1)
-    tree["optimizer"] = {"name": "seq_sgd"}
-    tree["privacy"]["accounting"] = "tight"
-    job = planned_run(tree).job
-    shard = Shard(job, 0, job.layout.n_blocks)
-    start = job.optimizer.start(job.seed)
-    rounds = min(job.schedule.rounds, sized(size, 300, 10_000, 100_000))
-    python_rounds = max(1, rounds // 10)  # 10x fewer: the Python path is the slow side
-    users = rounds * job.optimizer.batch_size
-    blocks = range(-(-users // job.block_size))
-    shard.run_rounds(start, 0, 1)  # numba compiles or loads its cache outside the timing
-    times = best_times({"fused": lambda: shard.run_rounds(start, 0, rounds),
-                        "python": lambda: shard.python_rounds(start, 0, python_rounds),
-                        "draw": lambda: [shard.draw_block(block) for block in blocks]},
-                       repeats=sized(size, 1, 3, 3))
-    fused_us = times["fused"] / rounds * 1e6
-    python_us = times["python"] / python_rounds * 1e6
-    return {"seq_round_us_fused": fused_us, "seq_round_us_python": python_us,
-            "fused_vs_python": python_us / fused_us, "fused_users_drawn_share": times["draw"] / times["fused"]}
+    results = {}
+    for name, prefix in OPTIMIZERS.items():
+        tree = full_gd_tree(sized(size, 20_000, 10**6, 10**7), DIM, rounds=1)
+        tree["optimizer"] = {"name": name}
+        tree["privacy"]["accounting"] = "tight"
+        job = planned_run(tree).job
+        shard = Shard(job, 0, job.layout.n_blocks)
+        start = job.optimizer.start(job.seed)
+        rounds = min(job.schedule.rounds, sized(size, 300, 10_000, 100_000))
+        python_rounds = max(1, rounds // 10)  # 10x fewer: the Python path is the slow side
+        users = rounds * job.optimizer.batch_size
+        blocks = range(-(-users // job.block_size))
+        shard.run_rounds(start, 0, 1)  # numba compiles or loads its cache outside the timing
+        timed = {"fused": lambda: shard.run_rounds(start, 0, rounds),
+                 "python": lambda: shard.python_rounds(start, 0, python_rounds)}
+        if name == "seq_sgd":
+            timed["draw"] = lambda: [shard.draw_block(block) for block in blocks]
+        times = best_times(timed, repeats=sized(size, 1, 3, 3))
+        fused_us = times["fused"] / rounds * 1e6
+        python_us = times["python"] / python_rounds * 1e6
+        results.update({f"{prefix}_round_us_fused": fused_us, f"{prefix}_round_us_python": python_us,
+                        f"{prefix}_fused_vs_python": python_us / fused_us})
+        if "draw" in times:
+            results["fused_users_drawn_share"] = times["draw"] / times["fused"]
+    results["fused_vs_python"] = results.pop("seq_fused_vs_python")  # the name earlier runs reported
+    return results

@@ -7,7 +7,7 @@ import math
 # Every benchmark, in the order `python -m bench` runs them, and a figure of each that
 # README's Performance tables quote: renaming one must update them.
 QUOTED = {
-    "rounds": "round_vs_rng_ceiling", "scaling": "seq_carry_vs_fanout", "tracking": "tracking_overhead_seq_sgd",
+    "rounds": "round_vs_rng_ceiling", "fused": "seq_round_us_fused", "scaling": "seq_carry_vs_fanout", "tracking": "tracking_overhead_seq_sgd",
     "memory": "shard_bytes_per_user", "pvec_tight": "pvec_tight_variance_vs_gaussian_d1_eps1_delta1e-06",
     "composition": "composition_time_ratio_pld_vs_rdp", "shuffle_gaussian": "shuffle_gaussian_series_speedup",
     "protocols": "protocol_cjmp_vec_encode_vs_rng_ceiling", "startup": "startup_ledger_vs_numpy",
