@@ -105,6 +105,17 @@ def test_registry_and_constants():
     assert isinstance(build_problem("quadratic", 2, 1.0), Quadratic)
 
 
+@pytest.mark.parametrize("dim", [1, 3, 10, 100])
+def test_the_quadratics_users_are_its_formula_bit_for_bit(dim):
+    """A quadratic's users are μ + (R/2)·z/‖z‖ for standard normals z (problems/quadratic.py); its
+    in-place draw must give the bits of that formula with np.linalg.norm, coordinate for coordinate."""
+    problem = Quadratic(dim, 1.5)
+    normals = np.random.default_rng(dim).standard_normal((dim, 5001))
+    norms = np.linalg.norm(normals, axis=0)
+    want = normals * (problem.spread / norms) + problem.optimum[:, None]
+    assert problem.sample(np.random.default_rng(dim), 5001).tobytes() == want.tobytes()
+
+
 def test_sample_is_deterministic_shaped_and_bounded(problem):
     first = problem.sample(np.random.default_rng(7), 3000)
     again = problem.sample(np.random.default_rng(7), 3000)
