@@ -27,11 +27,13 @@ from pipeline.protocols.cjmp import CjmpVec
 
 
 def _tree(n_users: int, dim: int, block_size: int, batch_size: int | None = None, accounting: str = "tight",
-          seed: int = 0, name: str = "seq_sgd", **optimizer) -> dict:
+          seed: int = 0, name: str = "seq_sgd", protocol: str | None = None, epsilon: float = 1.0,
+          **optimizer) -> dict:
     return {"experiment": "fused", "problem": {"name": "quadratic", "dim": dim, "radius": 1.0},
             "n_users": n_users,
             "optimizer": {"name": name, **({"batch_size": batch_size} if batch_size else {}), **optimizer},
-            "privacy": {"epsilon": 1.0, "delta": 1e-6, "accounting": accounting}, "seeds": [seed],
+            "privacy": {"epsilon": epsilon, "delta": 1e-6, "accounting": accounting,
+                        **({"protocol": protocol} if protocol else {})}, "seeds": [seed],
             "execution": {"backend": "local", "shards": 1, "block_size": block_size}}
 
 
@@ -58,7 +60,7 @@ def _rounds(job, start: int, fused_path: bool):
 
 @njit
 def _draws(state, key, start, kinds, trials, probabilities):
-    """Draws of each kind in order: 0 a raw output, 1 a uniform double, 2 a binomial."""
+    """Draws of each kind in order: 0 a raw output, 1 a uniform double, 2 a binomial, 3 a standard normal."""
     philox.rekey(state, key, start)
     out = np.empty(kinds.size)
     for index in range(kinds.size):
@@ -66,6 +68,8 @@ def _draws(state, key, start, kinds, trials, probabilities):
             out[index] = np.float64(philox.next_uint64(state) >> np.uint64(11))  # exact in a double
         elif kinds[index] == 1:
             out[index] = philox.next_double(state)
+        elif kinds[index] == 3:
+            out[index] = philox.standard_normal(state)
         else:
             out[index] = philox.binomial(state, trials[index], probabilities[index])
     return out
@@ -81,14 +85,27 @@ def test_philox_uniforms_and_binomials_are_numpys_draw_for_draw(start):
     key = run_key(11)
     pick = np.random.default_rng(1)
     cases = pick.integers(len(BINOMIALS), size=400)
-    kinds = pick.integers(3, size=400)
+    kinds = pick.integers(4, size=400)
     trials = np.array([BINOMIALS[case][0] for case in cases], np.int64)
     probabilities = np.array([BINOMIALS[case][1] for case in cases])
     got = _draws(np.zeros(philox.STATE_WORDS, np.uint64), key, start.copy(), kinds, trials, probabilities)
     reference = np.random.Generator(np.random.Philox(key=key, counter=start))
     want = [float(reference.bit_generator.random_raw() >> 11) if kind == 0 else reference.random() if kind == 1
-            else float(reference.binomial(n, p)) for kind, n, p in zip(kinds, trials, probabilities)]
+            else reference.standard_normal() if kind == 3 else float(reference.binomial(n, p))
+            for kind, n, p in zip(kinds, trials, probabilities)]
     assert np.array_equal(got, want)
+
+
+def test_standard_normals_are_numpys_in_every_branch_of_the_ziggurat():
+    """2·10⁵ normals, numpy's and ours from one stream: about 2,000 take the wedge test and 50
+    the tail (layer 0 outside its box), whose two uniforms and sign bit must match too."""
+    count = 200_000
+    key, start = run_key(3), counter(1, 2, 3)
+    got = _draws(np.zeros(philox.STATE_WORDS, np.uint64), key, start.copy(), np.full(count, 3),
+                 np.zeros(count, np.int64), np.zeros(count))
+    want = np.random.Generator(np.random.Philox(key=key, counter=start)).standard_normal(count)
+    assert np.array_equal(got, want)
+    assert np.abs(want).max() > 3.6541528853610088  # beyond the tail's start r: the tail branch ran
 
 
 @pytest.mark.parametrize("length", [*range(0, 140), 255, 256, 257, 1000, 4097, 65539])
@@ -111,6 +128,19 @@ CASES = {
                                                             parameters="calibrated", seed=4),
     "seq_agd, projection active": dict(n_users=4_000, dim=2, block_size=512, batch_size=4, rounds=200,
                                        name="seq_agd", parameters="calibrated", seed=1),
+    "central_gaussian": dict(n_users=20_000, dim=10, block_size=4096, protocol="central_gaussian"),
+    "shuffle_gaussian, batches straddling blocks": dict(n_users=6_000, dim=3, block_size=100,
+                                                        protocol="shuffle_gaussian", seed=5),
+    "none, several chunks a round (d = 100)": dict(n_users=20_000, dim=100, block_size=4096, batch_size=2000,
+                                                  protocol="none"),
+    "shuffle_gaussian, batch over three blocks, paper": dict(n_users=3_000, dim=3, block_size=64, batch_size=150,
+                                                             protocol="shuffle_gaussian", accounting="paper"),
+    "central_gaussian, projection active": dict(n_users=4_000, dim=2, block_size=512, batch_size=4, step_size=5.0,
+                                                protocol="central_gaussian", seed=2),
+    "seq_agd, shuffle_gaussian": dict(n_users=20_000, dim=10, block_size=1000, name="seq_agd",
+                                      protocol="shuffle_gaussian", seed=6),
+    "pan_agd (central_gaussian, fixed noise)": dict(n_users=20_000, dim=10, block_size=1000, name="pan_agd",
+                                                    protocol="central_gaussian", epsilon=0.5, accounting="paper"),
 }
 
 
@@ -143,8 +173,10 @@ def test_the_projection_case_projects(case):
     assert np.isclose(max(norms), job.problem.radius, rtol=1e-12, atol=0)
 
 
-def test_a_non_finite_gradient_fails_the_fused_run_as_the_python_run(monkeypatch):
-    job = _job(_tree(n_users=2_000, dim=3, block_size=256, batch_size=20))
+@pytest.mark.parametrize("protocol", ["cjmp_vec", "shuffle_gaussian", "central_gaussian"])
+def test_a_non_finite_gradient_fails_the_fused_run_as_the_python_run(monkeypatch, protocol):
+    job = _job(_tree(n_users=2_000, dim=3, block_size=256, batch_size=20, protocol=protocol))
+    assert fused.fusable(job)
     errors = []
     for fused_path in (False, True):
         shard = Shard(job, 0, job.layout.n_blocks)
@@ -205,7 +237,8 @@ def test_a_subclass_keeps_the_python_path(what):
     {"optimizer": {"name": "seq_agd_smoothed"}},
     {"execution": {"backend": "local", "shards": 1, "block_size": 256, "simulation": "literal"}},
     {"problem": {"name": "logistic", "dim": 3}},
-    {"privacy": {"epsilon": 1.0, "delta": 1e-6, "protocol": "shuffle_gaussian"}},
+    {"privacy": {"epsilon": 1.0, "delta": 1e-6, "protocol": "local_l2"}},
+    {"privacy": {"epsilon": 1.0, "delta": 1e-6, "protocol": "girgis_l2"}},
 ])
 def test_other_runs_keep_the_python_path(change):
     tree = _tree(n_users=2_000, dim=3, block_size=256)
@@ -213,10 +246,10 @@ def test_other_runs_keep_the_python_path(change):
     assert not fused.fusable(_job(tree))
 
 
-@pytest.mark.parametrize("name", ["seq_sgd", "seq_agd"])
-def test_a_grid_through_the_cli_writes_the_python_rounds_losses(tmp_path, new_mlflow_store, name):
+@pytest.mark.parametrize("name, protocol", [("seq_sgd", None), ("seq_agd", None), ("seq_sgd", "shuffle_gaussian")])
+def test_a_grid_through_the_cli_writes_the_python_rounds_losses(tmp_path, new_mlflow_store, name, protocol):
     """`python -m pipeline run` (2 shards, fused) writes, bit for bit, the losses of the Python rounds."""
-    tree = _tree(n_users=30_000, dim=10, block_size=1024, name=name)
+    tree = _tree(n_users=30_000, dim=10, block_size=1024, name=name, protocol=protocol)
     assert fused.fusable(_job(tree))
     tree["execution"]["shards"] = 2
     tree["tracking"] = {"mlflow_uri": new_mlflow_store(tmp_path / "mlflow.db"), "out": str(tmp_path / "out")}
@@ -224,7 +257,8 @@ def test_a_grid_through_the_cli_writes_the_python_rounds_losses(tmp_path, new_ml
     path.write_text(yaml.safe_dump(tree))
     assert cli.main(["run", str(path)]) == 0
     rounds = pd.read_parquet(Path(tmp_path / "out" / "rounds.parquet")).sort_values("round")
-    _, records = _rounds(_job(_tree(n_users=30_000, dim=10, block_size=1024, name=name)), 0, fused_path=False)
-    assert len(rounds) == len(records) == {"seq_sgd": 588, "seq_agd": 30_000 // _job(tree).optimizer.batch_size}[name]
+    _, records = _rounds(_job(_tree(n_users=30_000, dim=10, block_size=1024, name=name, protocol=protocol)), 0,
+                         fused_path=False)
+    assert len(rounds) == len(records) == 30_000 // _job(tree).optimizer.batch_size
     assert np.array_equal(rounds["excess_loss"].to_numpy(), [record.excess_loss for record in records])
     assert np.array_equal(rounds["population_loss"].to_numpy(), [record.population_loss for record in records])

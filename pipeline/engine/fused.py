@@ -21,7 +21,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from pipeline.engine.layout import ROUND_STREAM, counter, run_key
+from pipeline.engine.layout import NOISE_STREAM, ROUND_STREAM, counter, run_key
 from pipeline.engine.rounds import RoundRecords
 from pipeline.engine.shard import chunk_users, drawn_per_block
 from pipeline.errors import NonFiniteError
@@ -30,11 +30,13 @@ from pipeline.optimizers.base import RoundGroup
 from pipeline.optimizers.seq_agd import SeqAGD
 from pipeline.problems.quadratic import Quadratic
 from pipeline.protocols.base import GRADIENTS
+from pipeline.protocols.sums import FusedSum
 
 # What a group must leave at its defaults to be fused: every user of a contiguous batch
-# sends one gradient, with no sampling, dropouts, records, smoothing or fixed noise.
+# sends one gradient, with no sampling, dropouts, records or smoothing.
 _PLAIN = RoundGroup(rounds=1, users=1, first_user=0, user_stride=1, epsilon=1.0, delta=0.0, norm_bound=1.0)
-_PLAIN_FIELDS = ("folds", "sampling", "sample_size", "rate", "noise_std", "noisy_max", "honest_fraction",
+# (A fixed noise, pan_agd's, is the protocol's σ: its fused constants carry it.)
+_PLAIN_FIELDS = ("folds", "sampling", "sample_size", "rate", "noisy_max", "honest_fraction",
                  "smoothing", "records_per_round", "per_record", "records_min")
 
 
@@ -102,6 +104,7 @@ class FusedRounds:
         self._job = shard.job
         self._key = run_key(shard.job.seed)
         self._counter = counter(ROUND_STREAM, 0, 0)  # rewritten by the kernel for every (round, block)
+        self._noise_counter = counter(NOISE_STREAM, 0)  # for every round of a central curator's noise
         self._generator = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
         # Blocks drawn or being drawn: a round may straddle the last one and the next, and the
         # block after is drawn in a thread while the kernel (which releases the GIL) runs rounds.
@@ -148,11 +151,15 @@ class FusedRounds:
             data, data_first = self._window(first_user, first_user + (end - round_index) * batch, last_user)
             params = job.protocol.planned(schedule.plan(round_index), problem.dim)
             excess, population = np.empty(end - round_index), np.empty(end - round_index)
-            done = self._kernel.rounds(
-                theta, other, steps, data, data_first, self._key, self._counter, self._generator,
-                round_index, end - round_index, first_user, batch, job.block_size, chunk_users(problem.dim),
-                *job.protocol.fused_encoding(params), getattr(self._kernel, rule.kernel_rule), rule.rate(job.optimizer), problem.radius,
-                np.asarray(problem.optimum), 0.5 * problem.spread**2, excess, population)
+            window = (theta, other, steps, data, data_first, self._key, self._counter)
+            rounds = (round_index, end - round_index, first_user, batch, job.block_size, chunk_users(problem.dim))
+            step = (getattr(self._kernel, rule.kernel_rule), rule.rate(job.optimizer), problem.radius,
+                    np.asarray(problem.optimum), 0.5 * problem.spread**2, excess, population)
+            encoding = job.protocol.fused_encoding(params)
+            if isinstance(encoding, FusedSum):
+                done = self._kernel.rounds_sum(*window, self._noise_counter, self._generator, *rounds, *encoding, *step)
+            else:
+                done = self._kernel.rounds_pvec(*window, self._generator, *rounds, *encoding, *step)
             seconds = (time.perf_counter() - began) / max(done, 1)
             firsts = np.arange(first_user, first_user + done * batch, batch, dtype=np.int64)
             records.extend(RoundRecords.from_columns(

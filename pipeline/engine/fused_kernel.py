@@ -22,6 +22,7 @@ from numba.extending import intrinsic
 # numba's twin of numpy's BTPE (the Generator path), built over any next_double: the
 # rejection scaffolding and the squeeze constants follow the installed numpy.
 from numba.cpython._binomial import make_binomial_btpe
+from numba.np.random._constants import fi_double, ki_double, wi_double, ziggurat_nor_inv_r, ziggurat_nor_r
 from numba.np.random.distributions import _binomial_btpe_squeeze
 
 
@@ -134,6 +135,39 @@ def binomial(state, n, p):
     return n - (_inversion(state, n, q) if q * n <= 30.0 else _btpe(state, n, q))
 
 
+# numpy's ziggurat tables (distributions/ziggurat_constants.h), as numba's port of numpy's
+# Generator carries them: 256 layers, the tail's start r and 1/r.
+_KI, _WI, _FI = ki_double, wi_double, fi_double
+_NOR_R, _NOR_INV_R = ziggurat_nor_r, ziggurat_nor_inv_r
+_LOW_52 = np.uint64(0x000FFFFFFFFFFFFF)
+_LAYER = np.uint64(0xFF)
+
+
+@njit(cache=True)
+def standard_normal(state):
+    """numpy's random_standard_normal: one raw output picks a layer (low 8 bits), a sign and
+    52 bits of magnitude; inside the layer's box (99% of draws) that is the normal, else the
+    tail (layer 0, Marsaglia's exponential pair) or a wedge test against the density."""
+    while True:
+        raw = next_uint64(state)
+        layer = raw & _LAYER
+        raw >>= np.uint64(8)
+        magnitude = (raw >> _ONE) & _LOW_52
+        x = np.float64(magnitude) * _WI[layer]
+        if raw & _ONE:
+            x = -x
+        if magnitude < _KI[layer]:
+            return x
+        if layer == 0:
+            while True:
+                xx = -_NOR_INV_R * np.log1p(-next_double(state))
+                yy = -np.log1p(-next_double(state))
+                if yy + yy > xx * xx:
+                    return -(_NOR_R + xx) if (magnitude >> np.uint64(8)) & _ONE else _NOR_R + xx
+        elif (_FI[layer - 1] - _FI[layer]) * next_double(state) + _FI[layer] < np.exp(-0.5 * x * x):
+            return x
+
+
 # --- the rounds -------------------------------------------------------------------------
 
 _BYTE_MASK = np.uint64(0xFF)
@@ -234,28 +268,112 @@ def _rounded_chunk(theta, data, column, users, state, scale_bound, bound, top, s
     return True
 
 
+@njit(cache=True)
+def _summed_chunk(query, data, column, users, state, norm_bound, user_noise, user_sigma, inputs, total):
+    """sums._reports of one chunk of users (data columns [column, column + users)), summed per
+    coordinate as `.sum(axis=1)` sums a (d, users) row (numpy's pairwise sum) and added to
+    `total`; False if a gradient is not finite (Shard._compute raises on it).
+
+    Gradients θ − x (Quadratic.gradients); clip_l2's factor min(1, C/max(‖g‖, 1e-300)), norms
+    summed coordinate by coordinate (einsum "ij,ij->j"); with user noise (shuffle_gaussian)
+    x + σz, the normals drawn in (coordinate, user) order.
+    """
+    dim = query.size
+    for user in range(users):
+        total_squares = 0.0
+        for coordinate in range(dim):
+            gradient = query[coordinate] - data[coordinate, column + user]
+            if not np.isfinite(gradient):
+                return False
+            inputs[coordinate * users + user] = gradient
+            total_squares += gradient * gradient
+        factor = min(1.0, norm_bound / max(np.sqrt(total_squares), 1e-300))
+        for coordinate in range(dim):
+            inputs[coordinate * users + user] *= factor
+    if user_noise:
+        for index in range(dim * users):
+            inputs[index] = inputs[index] + user_sigma * standard_normal(state)
+    for coordinate in range(dim):
+        total[coordinate] += pairwise_sum(inputs, coordinate * users, users)
+    return True
+
+
 # The optimizer's step rule (fused._RULES): its state is (θ, a second vector, a step count).
 AVERAGED, ACSA = 0, 1
 
 
+@njit(cache=True)
+def _query(rule, alpha, theta, other, query):
+    """The round's query: θ (AVERAGED); αθ + (1 − α)θ^ag (ACSA: SeqAGD.query)."""
+    for coordinate in range(theta.size):
+        if rule == ACSA:
+            query[coordinate] = alpha * theta[coordinate] + (1.0 - alpha) * other[coordinate]
+        else:
+            query[coordinate] = theta[coordinate]
+
+
+@njit(cache=True)
+def _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, step, released, squares):
+    """The optimizer's update from the analyzer's estimated sum, in place on (θ, other, t);
+    False, the state untouched, if the estimate or the released model is not finite (the
+    Python round then raises).
+
+    AVERAGED, state (θ, Σθ, t) (AveragedProjectedDescent): θ ← π(θ − rate·ḡ); released
+    (Σθ + θ)/(t + 1), the average before the step. ACSA, state (θ, θ^ag, t) (SeqAGD, AC-SA):
+    θ ← π(θ − ḡ/L_t) with L_t = rate/(t + 1) (SeqAGD.curvature); released θ^ag ← αθ + (1 − α)θ^ag.
+    π is problems.base.ball_projection, its norm numpy's pairwise sum of the squares.
+    """
+    dim = theta.size
+    for coordinate in range(dim):
+        if not np.isfinite(estimate[coordinate]):
+            return False
+        mean = estimate[coordinate] / batch
+        if rule == ACSA:
+            step[coordinate] = theta[coordinate] - mean / (rate / (steps[0] + 1))
+        else:
+            step[coordinate] = theta[coordinate] - rate * mean
+    for coordinate in range(dim):
+        squares[coordinate] = step[coordinate] * step[coordinate]
+    norm = np.sqrt(pairwise_sum(squares, 0, dim))
+    if not norm <= radius:
+        shrink = radius / norm
+        for coordinate in range(dim):
+            step[coordinate] *= shrink
+    for coordinate in range(dim):
+        if rule == ACSA:
+            released[coordinate] = alpha * step[coordinate] + (1.0 - alpha) * other[coordinate]
+        else:
+            released[coordinate] = (other[coordinate] + theta[coordinate]) / (steps[0] + 1)
+        if not np.isfinite(released[coordinate]):
+            return False
+    steps[0] += 1
+    for coordinate in range(dim):
+        other[coordinate] = released[coordinate] if rule == ACSA else other[coordinate] + theta[coordinate]
+        theta[coordinate] = step[coordinate]
+    return True
+
+
+@njit(cache=True)
+def _excess(released, optimum, squares):
+    """Quadratic.excess_loss: ½‖θ − θ*‖², the squares summed as numpy's pairwise sum."""
+    for coordinate in range(released.size):
+        gap = released[coordinate] - optimum[coordinate]
+        squares[coordinate] = gap * gap
+    return 0.5 * pairwise_sum(squares, 0, released.size)
+
+
 @njit(cache=True, nogil=True)  # nogil: the next block's users are drawn meanwhile (fused.FusedRounds)
-def rounds(theta, other, steps, data, data_first, key, counter, state, start, count, first_user, batch,
-           block_size, chunk, scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift,
-           rule, rate, radius, optimum, half_spread_squared, excess, population):
-    """Rounds [start, start + count) in place on the optimizer's state; their losses into excess and population.
+def rounds_pvec(theta, other, steps, data, data_first, key, counter, state, start, count, first_user, batch,
+                block_size, chunk, scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift,
+                rule, rate, radius, optimum, half_spread_squared, excess, population):
+    """Rounds [start, start + count) with P_vec (cjmp_vec), in place on the optimizer's state
+    (θ, other, t) (`rule`, `rate`: _advance); their losses into excess and population.
 
-    Per round (Shard.python_rounds): the query (the rule's); each block's part of the batch is
+    Per round (Shard.python_rounds): the query (_query); each block's part of the batch is
     encoded from the stream (ROUND_STREAM, round, block) (`counter`: that stream's first
-    counter, any round and block), chunk by chunk, then its Binomial(users·b_noise, p) noise
-    per coordinate (cjmp.encode_block); the analyzer (cjmp.finish and decode); the projected
-    step (problems.base.ball_projection) and the released model, by `rule`:
-
-    - AVERAGED, state (θ, Σθ, t) (AveragedProjectedDescent): query θ; θ ← π(θ − rate·ḡ);
-      released (Σθ + θ)/(t + 1), the average before the step.
-    - ACSA, state (θ, θ^ag, t) (SeqAGD, AC-SA): α = 2/(t + 2); query αθ + (1 − α)θ^ag;
-      θ ← π(θ − ḡ/L_t) with L_t = rate/(t + 1) (SeqAGD.curvature); released θ^ag ← αθ + (1 − α)θ^ag.
-
-    Then the released model's losses (Quadratic).
+    counter, any round and block), chunk by chunk, then its Binomial(users·b_noise, p)
+    noise per coordinate (cjmp.encode_block); the analyzer (cjmp.finish and decode); the
+    update (_advance); the released model's losses (Quadratic).
 
     Returns:
       How many rounds ran: `count`, or the first round with a non-finite value.
@@ -265,18 +383,12 @@ def rounds(theta, other, steps, data, data_first, key, counter, state, start, co
     ties = np.empty(dim * chunk, np.int64)
     rounded = np.zeros(dim, np.int64)
     ones = np.zeros(dim, np.int64)
-    query = np.empty(dim)
-    step = np.empty(dim)
-    released = np.empty(dim)
+    query, estimate, step, released = np.empty(dim), np.empty(dim), np.empty(dim), np.empty(dim)
     squares = np.empty(dim)  # what pairwise_sum adds: numpy squares a vector first, then sums it
     for done in range(count):
         round_index = start + done
         alpha = 2.0 / (steps[0] + 2)  # ACSA's
-        for coordinate in range(dim):
-            if rule == ACSA:
-                query[coordinate] = alpha * theta[coordinate] + (1.0 - alpha) * other[coordinate]
-            else:
-                query[coordinate] = theta[coordinate]
+        _query(rule, alpha, theta, other, query)
         user = first_user + done * batch
         stop_user = user + batch
         ones[:] = 0
@@ -296,35 +408,68 @@ def rounds(theta, other, steps, data, data_first, key, counter, state, start, co
                 ones[coordinate] += binomial(state, (segment_stop - user) * b_noise, p)
             user = segment_stop
         for coordinate in range(dim):
-            estimate = decode_scale * (np.float64(ones[coordinate] - whole) - fraction) - shift
-            if not np.isfinite(estimate):
-                return done
-            if rule == ACSA:
-                step[coordinate] = theta[coordinate] - (estimate / batch) / (rate / (steps[0] + 1))
-            else:
-                step[coordinate] = theta[coordinate] - rate * (estimate / batch)
-        for coordinate in range(dim):
-            squares[coordinate] = step[coordinate] * step[coordinate]
-        norm = np.sqrt(pairwise_sum(squares, 0, dim))
-        if not norm <= radius:
-            shrink = radius / norm
+            estimate[coordinate] = decode_scale * (np.float64(ones[coordinate] - whole) - fraction) - shift
+        if not _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, step, released, squares):
+            return done
+        excess[done] = _excess(released, optimum, squares)
+        population[done] = excess[done] + half_spread_squared
+    return count
+
+
+@njit(cache=True, nogil=True)
+def rounds_sum(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count, first_user,
+               batch, block_size, chunk, norm_bound, quantum, user_noise, central_noise, sigma,
+               rule, rate, radius, optimum, half_spread_squared, excess, population):
+    """Rounds [start, start + count) with a sum protocol (sums.SumProtocol: `none`,
+    `central_gaussian`, `shuffle_gaussian`), as rounds_pvec otherwise.
+
+    Per block (sums.SumProtocol.encode_block, stream (ROUND_STREAM, round, block)): the
+    chunks' clipped reports (_summed_chunk: σ = `sigma` per user with `user_noise`) summed in
+    floats, then rounded to fixed point, rint(total/quantum), refused at 2⁶² units; blocks
+    added exactly; the analyzer's total units·quantum, plus σz from the stream
+    (NOISE_STREAM, round) with `central_noise` (`noise_counter`: its first counter, any round).
+
+    Returns:
+      How many rounds ran: `count`, or the first round with a non-finite value or a fixed-point overflow.
+    """
+    dim = theta.size
+    inputs = np.empty(dim * chunk)
+    total = np.empty(dim)
+    units = np.zeros(dim, np.int64)
+    query, estimate, step, released = np.empty(dim), np.empty(dim), np.empty(dim), np.empty(dim)
+    squares = np.empty(dim)
+    for done in range(count):
+        round_index = start + done
+        alpha = 2.0 / (steps[0] + 2)
+        _query(rule, alpha, theta, other, query)
+        user = first_user + done * batch
+        stop_user = user + batch
+        units[:] = 0
+        while user < stop_user:
+            block = user // block_size
+            segment_stop = min(stop_user, (block + 1) * block_size)
+            counter[0], counter[2], counter[3] = 0, round_index, block
+            rekey(state, key, counter)
+            total[:] = 0.0
+            for low in range(user, segment_stop, chunk):
+                if not _summed_chunk(query, data, low - data_first, min(chunk, segment_stop - low), state,
+                                     norm_bound, user_noise, sigma, inputs, total):
+                    return done
             for coordinate in range(dim):
-                step[coordinate] *= shrink
-        for coordinate in range(dim):  # checked before the state changes: the Python round then raises
-            if rule == ACSA:
-                released[coordinate] = alpha * step[coordinate] + (1.0 - alpha) * other[coordinate]
-            else:
-                released[coordinate] = (other[coordinate] + theta[coordinate]) / (steps[0] + 1)
-            if not np.isfinite(released[coordinate]):
-                return done
-        steps[0] += 1
+                rounded = np.rint(total[coordinate] / quantum)
+                if not abs(rounded) < 2.0**62:  # encode_block's OverflowError (or a NaN)
+                    return done
+                units[coordinate] += np.int64(rounded)
+            user = segment_stop
         for coordinate in range(dim):
-            other[coordinate] = released[coordinate] if rule == ACSA else other[coordinate] + theta[coordinate]
-            theta[coordinate] = step[coordinate]
-        for coordinate in range(dim):
-            gap = released[coordinate] - optimum[coordinate]
-            squares[coordinate] = gap * gap
-        squared = pairwise_sum(squares, 0, dim)
-        excess[done] = 0.5 * squared
-        population[done] = 0.5 * squared + half_spread_squared
+            estimate[coordinate] = np.float64(units[coordinate]) * quantum
+        if central_noise:
+            noise_counter[0], noise_counter[2] = 0, round_index
+            rekey(state, key, noise_counter)
+            for coordinate in range(dim):
+                estimate[coordinate] = estimate[coordinate] + sigma * standard_normal(state)
+        if not _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, step, released, squares):
+            return done
+        excess[done] = _excess(released, optimum, squares)
+        population[done] = excess[done] + half_spread_squared
     return count

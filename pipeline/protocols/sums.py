@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import numpy as np
 import scipy  # submodules load on first use (scipy.stats alone costs 0.5 s per process)
@@ -154,6 +154,25 @@ def _reports(params: SumParams, inputs: np.ndarray, rng: np.random.Generator) ->
     return inputs
 
 
+class FusedSum(NamedTuple):
+    """The constants of a sum protocol's call as its compiled twin uses them
+    (pipeline.engine.fused_kernel.rounds_sum).
+
+    Attributes:
+      norm_bound: C, the clip (clip_l2).
+      quantum: the fixed-point unit of block sums.
+      user_noise: each user adds N(0, σ²I) (shuffle_gaussian).
+      central_noise: the analyzer adds N(0, σ²I) to the total (central_gaussian).
+      sigma: σ (unused without noise).
+    """
+
+    norm_bound: float
+    quantum: float
+    user_noise: bool
+    central_noise: bool
+    sigma: float
+
+
 class SumProtocol(Protocol):
     """A protocol whose statistic is a (noisy) sum of clipped reports in fixed point.
 
@@ -243,6 +262,15 @@ class SumProtocol(Protocol):
     def decode(params: SumParams, statistic: ReleasedSum) -> np.ndarray:
         """The estimate of Σ_i x_i (every protocol here is unbiased on the ball)."""
         return statistic.total
+
+    def fused_encoding(self, params: SumParams) -> FusedSum | None:
+        """The call's constants for the compiled twin: exactly `none`, `central_gaussian` or
+        `shuffle_gaussian` (a subclass, another sum protocol or a plug-in keeps the Python
+        path), every user of the call answering (no sampling)."""
+        if type(self) not in (ExactSum, CentralGaussian, ShuffleGaussian) or params.sampling != ALL:
+            return None
+        return FusedSum(params.norm_bound, params.quantum, type(self) is ShuffleGaussian,
+                        type(self) is CentralGaussian, params.sigma)
 
 
 
