@@ -139,6 +139,10 @@ CASES = {
                                                 protocol="central_gaussian", seed=2),
     "seq_agd, shuffle_gaussian": dict(n_users=20_000, dim=10, block_size=1000, name="seq_agd",
                                       protocol="shuffle_gaussian", seed=6),
+    "seq_phased": dict(n_users=20_000, dim=10, block_size=1000, name="seq_phased"),
+    "seq_phased, phases of a few rounds, central_gaussian": dict(n_users=3_000, dim=3, block_size=256,
+                                                                 name="seq_phased", protocol="central_gaussian",
+                                                                 seed=7),
     "pan_agd (central_gaussian, fixed noise)": dict(n_users=20_000, dim=10, block_size=1000, name="pan_agd",
                                                     protocol="central_gaussian", epsilon=0.5, accounting="paper"),
 }
@@ -155,9 +159,17 @@ def test_fused_rounds_equal_the_python_rounds_round_by_round(case, start):
     for python_record, fused_record in zip(python_records, fused_records):
         assert _bits(fused_record) == _bits(python_record), python_record.round
         assert fused_record.params is python_record.params
-    assert type(fused_state) is type(python_state)
-    for field, fused_value, python_value in zip(python_state._fields, fused_state, python_state):
-        assert np.array_equal(fused_value, python_value), field
+    _assert_same_state(fused_state, python_state)
+
+
+def _assert_same_state(fused_state, python_state, where: str = "state") -> None:
+    """The same state type and the same bits in every field, nested states (seq_phased's) included."""
+    assert type(fused_state) is type(python_state), where
+    if isinstance(python_state, tuple):
+        for field, fused_value, python_value in zip(python_state._fields, fused_state, python_state):
+            _assert_same_state(fused_value, python_value, f"{where}.{field}")
+    else:
+        assert np.array_equal(fused_state, python_state), where
 
 
 @pytest.mark.parametrize("case", ["projection active", "seq_agd, projection active"])
@@ -233,7 +245,7 @@ def test_a_subclass_keeps_the_python_path(what):
 @pytest.mark.parametrize("change", [
     {"privacy": {"epsilon": 1.0, "delta": 1e-6, "honest_fraction": 0.9}},
     {"optimizer": {"name": "full_gd", "rounds": 3}},
-    {"optimizer": {"name": "seq_phased"}},
+    {"optimizer": {"name": "full_phased"}},
     {"optimizer": {"name": "seq_agd_smoothed"}},
     {"execution": {"backend": "local", "shards": 1, "block_size": 256, "simulation": "literal"}},
     {"problem": {"name": "logistic", "dim": 3}},

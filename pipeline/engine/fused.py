@@ -27,6 +27,7 @@ from pipeline.engine.shard import chunk_users, drawn_per_block
 from pipeline.errors import NonFiniteError
 from pipeline.optimizers.averaged import AveragedProjectedDescent
 from pipeline.optimizers.base import RoundGroup
+from pipeline.optimizers.phased import SeqPhased
 from pipeline.optimizers.seq_agd import SeqAGD
 from pipeline.problems.quadratic import Quadratic
 from pipeline.protocols.base import GRADIENTS
@@ -58,14 +59,33 @@ _RULES = (_Rule(AveragedProjectedDescent, _STATE_METHODS, "AVERAGED", lambda opt
                 lambda optimizer: optimizer.curvature_scale))
 
 
+def _unchanged(kind: type, base: type, methods: tuple[str, ...]) -> bool:
+    """Whether `kind` is `base` or a subclass that overrides none of `methods`."""
+    return issubclass(kind, base) and all(getattr(kind, name) is getattr(base, name) for name in methods)
+
+
 def _rule(optimizer: Any) -> _Rule | None:
     """The rule that reproduces an optimizer's rounds, or None."""
-    kind = type(optimizer)
-    for rule in _RULES:
-        if issubclass(kind, rule.base) and all(getattr(kind, name) is getattr(rule.base, name)
-                                               for name in rule.methods):
-            return rule
-    return None
+    return next((rule for rule in _RULES if _unchanged(type(optimizer), rule.base, rule.methods)), None)
+
+
+# seq_phased runs its phases' optimizers in turn: the kernel runs a phase's rounds, and
+# `advanced` moves the state on (to the next phase after its last round).
+_PHASED_METHODS = (*_STATE_METHODS, "advanced", "_warm_start")
+
+
+def _phased(optimizer: Any) -> bool:
+    return _unchanged(type(optimizer), SeqPhased, _PHASED_METHODS)
+
+
+def _running(optimizer: Any, state: Any) -> tuple[Any, Any]:
+    """The optimizer whose rounds run now, and its state: the running phase's (seq_phased), or the run's."""
+    return (optimizer.phases[state.phase], state.inner) if _phased(optimizer) else (optimizer, state)
+
+
+def _compiled(optimizer: Any) -> bool:
+    """Whether every optimizer the run's rounds step with has a rule."""
+    return all(_rule(phase) for phase in optimizer.phases) if _phased(optimizer) else _rule(optimizer) is not None
 
 
 def fusable(job: Any) -> bool:
@@ -77,7 +97,7 @@ def fusable(job: Any) -> bool:
     Args:
       job: the RunJob.
     """
-    if _rule(job.optimizer) is None:
+    if not _compiled(job.optimizer):
         return False
     if type(job.problem) is not Quadratic or job.simulation != "exact" or not drawn_per_block(job):
         return False
@@ -136,8 +156,6 @@ class FusedRounds:
         """
         job, schedule = self._job, self._job.schedule
         problem = job.problem
-        rule = _rule(job.optimizer)
-        theta, other, steps = state[0].copy(), state[1].copy(), np.array([state[2]], np.int64)
         records = RoundRecords()
         round_index = start
         while round_index < stop:
@@ -149,17 +167,22 @@ class FusedRounds:
             last_user = group.first_user + group.rounds * batch  # the group's, past this trip's
             began = time.perf_counter()  # the wait for the users' draw counts in the rounds' time
             data, data_first = self._window(first_user, first_user + (end - round_index) * batch, last_user)
+            optimizer, running = _running(job.optimizer, state)  # a window's rounds are in one group: one phase
+            rule = _rule(optimizer)
+            theta, other, steps = running[0].copy(), running[1].copy(), np.array([running[2]], np.int64)
             params = job.protocol.planned(schedule.plan(round_index), problem.dim)
             excess, population = np.empty(end - round_index), np.empty(end - round_index)
             window = (theta, other, steps, data, data_first, self._key, self._counter)
             rounds = (round_index, end - round_index, first_user, batch, job.block_size, chunk_users(problem.dim))
-            step = (getattr(self._kernel, rule.kernel_rule), rule.rate(job.optimizer), problem.radius,
+            step = (getattr(self._kernel, rule.kernel_rule), rule.rate(optimizer), problem.radius,
                     np.asarray(problem.optimum), 0.5 * problem.spread**2, excess, population)
             encoding = job.protocol.fused_encoding(params)
             if isinstance(encoding, FusedSum):
                 done = self._kernel.rounds_sum(*window, self._noise_counter, self._generator, *rounds, *encoding, *step)
             else:
                 done = self._kernel.rounds_pvec(*window, self._generator, *rounds, *encoding, *step)
+            running = type(running)(theta, other, int(steps[0]))
+            state = job.optimizer.advanced(state, running, done) if _phased(job.optimizer) else running
             seconds = (time.perf_counter() - began) / max(done, 1)
             firsts = np.arange(first_user, first_user + done * batch, batch, dtype=np.int64)
             records.extend(RoundRecords.from_columns(
@@ -168,9 +191,9 @@ class FusedRounds:
                 seconds=np.full(done, seconds)))
             round_index += done
             if round_index < end:  # a non-finite value: the Python round says which, and raises
-                self._shard.python_rounds(type(state)(theta, other, int(steps[0])), round_index, round_index + 1)
+                self._shard.python_rounds(state, round_index, round_index + 1)
                 raise NonFiniteError(f"round {round_index}: a non-finite value that the Python round did not find")
-        return type(state)(theta, other, int(steps[0])), records
+        return state, records
 
 
 def fused_rounds(shard) -> FusedRounds | None:

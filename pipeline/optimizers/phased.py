@@ -128,11 +128,21 @@ class _PhasedReduction(Optimizer):
         return self.phases[state.phase].query(state.inner)
 
     def update(self, state: PhasedState, noisy_mean: np.ndarray) -> PhasedState:
+        return self.advanced(state, self.phases[state.phase].update(state.inner, noisy_mean), 1)
+
+    def advanced(self, state: PhasedState, inner: Any, rounds: int) -> PhasedState:
+        """The state after `rounds` more rounds of the running phase, which left its optimizer
+        at `inner`: the next phase, warm-started at this one's output, once its last round is done.
+
+        Args:
+          state: the state before those rounds.
+          inner: the phase optimizer's state after them.
+          rounds: how many (at most the phase's rounds left; pipeline.engine.fused runs several).
+        """
         phase = self.phases[state.phase]
-        inner = phase.update(state.inner, noisy_mean)
-        if state.done + 1 == phase.rounds and state.phase + 1 < len(self.phases):
+        if state.done + rounds == phase.rounds and state.phase + 1 < len(self.phases):
             return PhasedState(state.phase + 1, self._warm_start(phase.output(inner)), 0)
-        return PhasedState(state.phase, inner, state.done + 1)
+        return PhasedState(state.phase, inner, state.done + rounds)
 
     def output(self, state: PhasedState) -> np.ndarray:
         return self.phases[state.phase].output(state.inner)
