@@ -5,14 +5,14 @@ from bench.timing import best_times, full_gd_tree, planned_run, sized
 from pipeline.engine.shard import Shard
 
 DIM = 10
-# The fused optimizers, and the prefix of their metrics.
-OPTIMIZERS = {"seq_sgd": "seq", "seq_agd": "agd"}
+# The fused runs timed, by the prefix of their metrics: (optimizer, protocol; None: the default, cjmp_vec).
+RUNS = {"seq": ("seq_sgd", None), "agd": ("seq_agd", None), "gauss": ("seq_sgd", "shuffle_gaussian")}
 
 
 def run(size: str = "quick") -> dict[str, float]:
-    """seq_sgd and seq_agd on the quadratic (d = 10, ε = 1, tight: rounds of 51 users for
-    seq_sgd), one shard holding every user: the same rounds fused and in Python from the
-    same start, interleaved, best of N.
+    """seq_sgd and seq_agd with cjmp_vec, and seq_sgd with shuffle_gaussian, on the quadratic
+    (d = 10, ε = 1, tight: rounds of 51 users for seq_sgd with cjmp_vec), one shard holding
+    every user: the same rounds fused and in Python from the same start, interleaved, best of N.
 
     Args:
       size: one of bench.timing.SIZES.
@@ -23,10 +23,12 @@ def run(size: str = "quick") -> dict[str, float]:
       above 1 the rounds wait for the draws, which a thread makes while the kernel runs).
     """
     results = {}
-    for name, prefix in OPTIMIZERS.items():
+    for prefix, (name, protocol) in RUNS.items():
         tree = full_gd_tree(sized(size, 20_000, 10**6, 10**7), DIM, rounds=1)
         tree["optimizer"] = {"name": name}
         tree["privacy"]["accounting"] = "tight"
+        if protocol:
+            tree["privacy"]["protocol"] = protocol
         job = planned_run(tree).job
         shard = Shard(job, 0, job.layout.n_blocks)
         start = job.optimizer.start(job.seed)
@@ -37,7 +39,7 @@ def run(size: str = "quick") -> dict[str, float]:
         shard.run_rounds(start, 0, 1)  # numba compiles or loads its cache outside the timing
         timed = {"fused": lambda: shard.run_rounds(start, 0, rounds),
                  "python": lambda: shard.python_rounds(start, 0, python_rounds)}
-        if name == "seq_sgd":
+        if prefix == "seq":
             timed["draw"] = lambda: [shard.draw_block(block) for block in blocks]
         times = best_times(timed, repeats=sized(size, 1, 3, 3))
         fused_us = times["fused"] / rounds * 1e6
