@@ -229,25 +229,37 @@ def pairwise_sum(values, first, count):
 
 
 @njit(cache=True)
-def _rounded_chunk(theta, data, column, users, state, scale_bound, bound, top, scaled, ties, rounded):
-    """cjmp._rounded_sum of one chunk of users (data columns [column, column + users)), added
-    to `rounded`; False if a gradient is not finite (Shard._compute raises on it).
-
-    Gradients θ − x (Quadratic.gradients); norms summed coordinate by coordinate (einsum
-    "ij,ij->j"); the clip-and-scale factor, shift and clamp of cjmp._shift_and_scale; the
-    fixed point T + U with one random byte U per coordinate, bytes in (coordinate, user)
-    order from ⌈size/8⌉ raw outputs; then one uniform per tie, in that order.
-    """
-    dim = theta.size
+def _gradients(query, data, column, users, out, norms):
+    """Quadratic.gradients θ − x of a chunk of users (data columns [column, column + users)) into
+    `out` in (coordinate, user) order, and their norms, summed coordinate by coordinate (einsum
+    "ij,ij->j"); False if a gradient is not finite (Shard._compute raises on it)."""
+    dim = query.size
     for user in range(users):
         total = 0.0
         for coordinate in range(dim):
-            gradient = theta[coordinate] - data[coordinate, column + user]
+            gradient = query[coordinate] - data[coordinate, column + user]
             if not np.isfinite(gradient):
                 return False
-            scaled[coordinate * users + user] = gradient
+            out[coordinate * users + user] = gradient
             total += gradient * gradient
-        factor = scale_bound / max(np.sqrt(total), bound)
+        norms[user] = np.sqrt(total)
+    return True
+
+
+@njit(cache=True)
+def _rounded_chunk(query, data, column, users, state, scale_bound, bound, top, scaled, norms, ties, rounded):
+    """cjmp._rounded_sum of one chunk of users (data columns [column, column + users)), added
+    to `rounded`; False if a gradient is not finite.
+
+    The gradients (_gradients); the clip-and-scale factor, shift and clamp of
+    cjmp._shift_and_scale; the fixed point T + U with one random byte U per coordinate, bytes
+    in (coordinate, user) order from ⌈size/8⌉ raw outputs; then one uniform per tie, in that order.
+    """
+    dim = query.size
+    if not _gradients(query, data, column, users, scaled, norms):
+        return False
+    for user in range(users):
+        factor = scale_bound / max(norms[user], bound)
         for coordinate in range(dim):
             value = scaled[coordinate * users + user] * factor + scale_bound
             scaled[coordinate * users + user] = min(max(value, 0.0), top)
@@ -269,25 +281,19 @@ def _rounded_chunk(theta, data, column, users, state, scale_bound, bound, top, s
 
 
 @njit(cache=True)
-def _summed_chunk(query, data, column, users, state, norm_bound, user_noise, user_sigma, inputs, total):
+def _summed_chunk(query, data, column, users, state, norm_bound, user_noise, user_sigma, inputs, norms, total):
     """sums._reports of one chunk of users (data columns [column, column + users)), summed per
     coordinate as `.sum(axis=1)` sums a (d, users) row (numpy's pairwise sum) and added to
-    `total`; False if a gradient is not finite (Shard._compute raises on it).
+    `total`; False if a gradient is not finite.
 
-    Gradients θ − x (Quadratic.gradients); clip_l2's factor min(1, C/max(‖g‖, 1e-300)), norms
-    summed coordinate by coordinate (einsum "ij,ij->j"); with user noise (shuffle_gaussian)
-    x + σz, the normals drawn in (coordinate, user) order.
+    The gradients (_gradients); clip_l2's factor min(1, C/max(‖g‖, 1e-300)); with user noise
+    (shuffle_gaussian) x + σz, the normals drawn in (coordinate, user) order.
     """
     dim = query.size
+    if not _gradients(query, data, column, users, inputs, norms):
+        return False
     for user in range(users):
-        total_squares = 0.0
-        for coordinate in range(dim):
-            gradient = query[coordinate] - data[coordinate, column + user]
-            if not np.isfinite(gradient):
-                return False
-            inputs[coordinate * users + user] = gradient
-            total_squares += gradient * gradient
-        factor = min(1.0, norm_bound / max(np.sqrt(total_squares), 1e-300))
+        factor = min(1.0, norm_bound / max(norms[user], 1e-300))
         for coordinate in range(dim):
             inputs[coordinate * users + user] *= factor
     if user_noise:
@@ -380,6 +386,7 @@ def rounds_pvec(theta, other, steps, data, data_first, key, counter, state, star
     """
     dim = theta.size
     scaled = np.empty(dim * chunk)
+    norms = np.empty(chunk)
     ties = np.empty(dim * chunk, np.int64)
     rounded = np.zeros(dim, np.int64)
     ones = np.zeros(dim, np.int64)
@@ -401,7 +408,7 @@ def rounds_pvec(theta, other, steps, data, data_first, key, counter, state, star
                 users = min(chunk, segment_stop - low)
                 rounded[:] = 0
                 if not _rounded_chunk(query, data, low - data_first, users, state, scale_bound, bound, top,
-                                      scaled, ties, rounded):
+                                      scaled, norms, ties, rounded):
                     return done
                 ones += rounded
             for coordinate in range(dim):
@@ -434,6 +441,7 @@ def rounds_sum(theta, other, steps, data, data_first, key, counter, noise_counte
     """
     dim = theta.size
     inputs = np.empty(dim * chunk)
+    norms = np.empty(chunk)
     total = np.empty(dim)
     units = np.zeros(dim, np.int64)
     query, estimate, step, released = np.empty(dim), np.empty(dim), np.empty(dim), np.empty(dim)
@@ -453,7 +461,7 @@ def rounds_sum(theta, other, steps, data, data_first, key, counter, noise_counte
             total[:] = 0.0
             for low in range(user, segment_stop, chunk):
                 if not _summed_chunk(query, data, low - data_first, min(chunk, segment_stop - low), state,
-                                     norm_bound, user_noise, sigma, inputs, total):
+                                     norm_bound, user_noise, sigma, inputs, norms, total):
                     return done
             for coordinate in range(dim):
                 rounded = np.rint(total[coordinate] / quantum)
