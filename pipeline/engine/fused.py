@@ -31,7 +31,6 @@ from pipeline.optimizers.phased import SeqPhased
 from pipeline.optimizers.seq_agd import SeqAGD
 from pipeline.problems.quadratic import Quadratic
 from pipeline.protocols.base import GRADIENTS
-from pipeline.protocols.sums import FusedSum
 
 # What a group must leave at its defaults to be fused: every user of a contiguous batch
 # sends one gradient, with no sampling, dropouts, records or smoothing.
@@ -177,10 +176,8 @@ class FusedRounds:
             step = (getattr(self._kernel, rule.kernel_rule), rule.rate(optimizer), problem.radius,
                     np.asarray(problem.optimum), 0.5 * problem.spread**2, excess, population)
             encoding = job.protocol.fused_encoding(params)
-            if isinstance(encoding, FusedSum):
-                done = self._kernel.rounds_sum(*window, self._noise_counter, self._generator, *rounds, *encoding, *step)
-            else:
-                done = self._kernel.rounds_pvec(*window, self._generator, *rounds, *encoding, *step)
+            done = getattr(self._kernel, encoding.kernel)(*window, self._noise_counter, self._generator, *rounds,
+                                                          *encoding, *step)
             running = type(running)(theta, other, int(steps[0]))
             state = job.optimizer.advanced(state, running, done) if _phased(job.optimizer) else running
             seconds = (time.perf_counter() - began) / max(done, 1)

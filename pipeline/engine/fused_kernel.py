@@ -369,11 +369,12 @@ def _excess(released, optimum, squares):
 
 
 @njit(cache=True, nogil=True)  # nogil: the next block's users are drawn meanwhile (fused.FusedRounds)
-def rounds_pvec(theta, other, steps, data, data_first, key, counter, state, start, count, first_user, batch,
-                block_size, chunk, scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift,
-                rule, rate, radius, optimum, half_spread_squared, excess, population):
+def rounds_pvec(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count,
+                first_user, batch, block_size, chunk, scale_bound, bound, top, b_noise, p, whole, fraction,
+                decode_scale, shift, rule, rate, radius, optimum, half_spread_squared, excess, population):
     """Rounds [start, start + count) with P_vec (cjmp_vec), in place on the optimizer's state
-    (θ, other, t) (`rule`, `rate`: _advance); their losses into excess and population.
+    (θ, other, t) (`rule`, `rate`: _advance); their losses into excess and population
+    (`noise_counter` is unused: P_vec has no curator's noise; rounds_sum's arguments otherwise).
 
     Per round (Shard.python_rounds): the query (_query); each block's part of the batch is
     encoded from the stream (ROUND_STREAM, round, block) (`counter`: that stream's first

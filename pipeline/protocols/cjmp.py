@@ -511,6 +511,7 @@ class FusedEncoding(NamedTuple):
     fraction: float
     decode_scale: float
     shift: float
+    kernel = "rounds_pvec"  # not a field: the fused_kernel function that twins the call
 
 
 # What the compiled twin reproduces: a subclass overriding one of these keeps the Python path.
