@@ -1,7 +1,8 @@
-"""Fused sequential rounds: a shard's carried rounds of P_SGD (seq_sgd) or P_AGD (seq_agd)
-with P_vec in exact mode on the quadratic problem, run as one compiled function per window of rounds
-instead of ~22 numpy calls a round (shared/DESIGN.md §5, "Fast paths are twins of the
-reference path").
+"""Fused sequential rounds: a shard's carried rounds of seq_sgd (P_SGD), seq_agd and pan_agd
+(AC-SA) or seq_phased (its AC-SA phases in turn) with P_vec or a sum protocol (none,
+central_gaussian, shuffle_gaussian) in exact mode on the quadratic problem, run as one
+compiled function per window of rounds instead of ~22 numpy calls a round
+(shared/DESIGN.md §5, "Fast paths are twins of the reference path").
 
 The compiled rounds (pipeline.engine.fused_kernel) are a twin of `Shard.python_rounds`:
 the same counter-based streams drawn in the same order (pipeline.engine.fused_kernel) and the
@@ -89,9 +90,9 @@ def _compiled(optimizer: Any) -> bool:
 
 def fusable(job: Any) -> bool:
     """Whether a job's carried rounds have a compiled twin: exactly P_SGD's averaged
-    projected steps or P_AGD's AC-SA steps (_RULES), exactly the quadratic problem, a
-    protocol with a `fused_encoding` for every group's call (P_vec in exact mode), users
-    drawn per block, and plain sequential groups.
+    projected steps or AC-SA's (_RULES; seq_phased's phases), exactly the quadratic problem,
+    a protocol with a `fused_encoding` for every group's call (P_vec or a sum protocol, in
+    exact mode), users drawn per block, and plain sequential groups.
 
     Args:
       job: the RunJob.
