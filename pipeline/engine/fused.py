@@ -44,7 +44,7 @@ _PLAIN_FIELDS = ("folds", "sampling", "sample_size", "rate", "noisy_max", "hones
 class _Rule(NamedTuple):
     """An optimizer the compiled rounds reproduce: its class, whose methods a subclass must
     not override (else it keeps Python), the kernel's rule (named: fused_kernel loads numba,
-    which only fused runs import), and its rate (fused_kernel.rounds)."""
+    which only fused runs import), and its rate (fused_kernel._advance)."""
 
     base: type
     methods: tuple[str, ...]

@@ -368,6 +368,17 @@ def _excess(released, optimum, squares):
     return 0.5 * pairwise_sum(squares, 0, released.size)
 
 
+@njit(cache=True)
+def _segment(user, stop_user, block_size, round_index, key, counter, state):
+    """The end of the part of a round's users [user, stop_user) in user's block; `state` set to
+    that block's stream (ROUND_STREAM, round, block) (`counter`: its first counter, any round
+    and block; word 1 holds the stream's kind)."""
+    block = user // block_size
+    counter[0], counter[2], counter[3] = 0, round_index, block
+    rekey(state, key, counter)
+    return min(stop_user, (block + 1) * block_size)
+
+
 @njit(cache=True, nogil=True)  # nogil: the next block's users are drawn meanwhile (fused.FusedRounds)
 def rounds_pvec(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count,
                 first_user, batch, block_size, chunk, scale_bound, bound, top, b_noise, p, whole, fraction,
@@ -401,10 +412,7 @@ def rounds_pvec(theta, other, steps, data, data_first, key, counter, noise_count
         stop_user = user + batch
         ones[:] = 0
         while user < stop_user:
-            block = user // block_size
-            segment_stop = min(stop_user, (block + 1) * block_size)
-            counter[0], counter[2], counter[3] = 0, round_index, block  # word 1: the stream's kind
-            rekey(state, key, counter)
+            segment_stop = _segment(user, stop_user, block_size, round_index, key, counter, state)
             for low in range(user, segment_stop, chunk):
                 users = min(chunk, segment_stop - low)
                 rounded[:] = 0
@@ -455,10 +463,7 @@ def rounds_sum(theta, other, steps, data, data_first, key, counter, noise_counte
         stop_user = user + batch
         units[:] = 0
         while user < stop_user:
-            block = user // block_size
-            segment_stop = min(stop_user, (block + 1) * block_size)
-            counter[0], counter[2], counter[3] = 0, round_index, block
-            rekey(state, key, counter)
+            segment_stop = _segment(user, stop_user, block_size, round_index, key, counter, state)
             total[:] = 0.0
             for low in range(user, segment_stop, chunk):
                 if not _summed_chunk(query, data, low - data_first, min(chunk, segment_stop - low), state,
