@@ -17,7 +17,7 @@ PACKAGE = REPO / "pipeline"
 # Layer of every top-level module or folder of the package: a module may import its own
 # layer or a lower one, never a higher one.
 LAYERS = {
-    "errors": 0, "options": 0, "uris": 0,
+    "errors": 0, "options": 0, "uris": 0, "numerics": 0,
     "problems": 1, "protocols": 1, "accounting": 1,
     "optimizers": 2,
     "engine": 3, "tracking": 3,

@@ -137,6 +137,13 @@ CASES = {
                                                              protocol="shuffle_gaussian", accounting="paper"),
     "central_gaussian, projection active": dict(n_users=4_000, dim=2, block_size=512, batch_size=4, step_size=5.0,
                                                 protocol="central_gaussian", seed=2),
+    "local_l2": dict(n_users=20_000, dim=10, block_size=4096, protocol="local_l2"),
+    # 64 = 3·21 + 1: a round every 64 users holds one user of a block, a chunk of one column.
+    "local_l2, one-user segments, paper": dict(n_users=3_000, dim=3, block_size=64, batch_size=21,
+                                               protocol="local_l2", accounting="paper", seed=7),
+    "local_l2, several chunks a round (d = 100)": dict(n_users=20_000, dim=100, block_size=4096, batch_size=2000,
+                                                       protocol="local_l2"),
+    "seq_agd, local_l2": dict(n_users=20_000, dim=10, block_size=1000, name="seq_agd", protocol="local_l2", seed=8),
     "seq_agd, shuffle_gaussian": dict(n_users=20_000, dim=10, block_size=1000, name="seq_agd",
                                       protocol="shuffle_gaussian", seed=6),
     "seq_phased": dict(n_users=20_000, dim=10, block_size=1000, name="seq_phased"),
@@ -185,7 +192,16 @@ def test_the_projection_case_projects(case):
     assert np.isclose(max(norms), job.problem.radius, rtol=1e-12, atol=0)
 
 
-@pytest.mark.parametrize("protocol", ["cjmp_vec", "shuffle_gaussian", "central_gaussian"])
+def test_the_one_user_case_has_rounds_with_one_user_in_a_block():
+    """Its rounds of 21 users straddle blocks of 64 with one user on one side: a one-column chunk."""
+    job = _job(_tree(**CASES["local_l2, one-user segments, paper"]))
+    (group,) = job.schedule.groups
+    firsts = range(group.first_user, group.first_user + group.rounds * group.users, group.users)
+    heads = {job.block_size - first % job.block_size for first in firsts}  # a round's users in its first block
+    assert group.users == 21 and 1 in heads and group.users - 1 in heads  # a last user alone, a first user alone
+
+
+@pytest.mark.parametrize("protocol", ["cjmp_vec", "shuffle_gaussian", "central_gaussian", "local_l2"])
 def test_a_non_finite_gradient_fails_the_fused_run_as_the_python_run(monkeypatch, protocol):
     job = _job(_tree(n_users=2_000, dim=3, block_size=256, batch_size=20, protocol=protocol))
     assert fused.fusable(job)
@@ -249,7 +265,6 @@ def test_a_subclass_keeps_the_python_path(what):
     {"optimizer": {"name": "seq_agd_smoothed"}},
     {"execution": {"backend": "local", "shards": 1, "block_size": 256, "simulation": "literal"}},
     {"problem": {"name": "logistic", "dim": 3}},
-    {"privacy": {"epsilon": 1.0, "delta": 1e-6, "protocol": "local_l2"}},
     {"privacy": {"epsilon": 1.0, "delta": 1e-6, "protocol": "girgis_l2"}},
 ])
 def test_other_runs_keep_the_python_path(change):
@@ -258,7 +273,8 @@ def test_other_runs_keep_the_python_path(change):
     assert not fused.fusable(_job(tree))
 
 
-@pytest.mark.parametrize("name, protocol", [("seq_sgd", None), ("seq_agd", None), ("seq_sgd", "shuffle_gaussian")])
+@pytest.mark.parametrize("name, protocol", [("seq_sgd", None), ("seq_agd", None), ("seq_sgd", "shuffle_gaussian"),
+                                            ("seq_sgd", "local_l2")])
 def test_a_grid_through_the_cli_writes_the_python_rounds_losses(tmp_path, new_mlflow_store, name, protocol):
     """`python -m pipeline run` (2 shards, fused) writes, bit for bit, the losses of the Python rounds."""
     tree = _tree(n_users=30_000, dim=10, block_size=1024, name=name, protocol=protocol)

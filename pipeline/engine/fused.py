@@ -1,6 +1,6 @@
 """Fused sequential rounds: a shard's carried rounds of seq_sgd (P_SGD), seq_agd and pan_agd
 (AC-SA) or seq_phased (its AC-SA phases in turn) with P_vec or a sum protocol (none,
-central_gaussian, shuffle_gaussian) in exact mode on the quadratic problem, run as one
+central_gaussian, shuffle_gaussian, local_l2) in exact mode on the quadratic problem, run as one
 compiled function per window of rounds instead of ~22 numpy calls a round
 (shared/DESIGN.md §5, "Fast paths are twins of the reference path").
 

@@ -231,8 +231,8 @@ def pairwise_sum(values, first, count):
 @njit(cache=True)
 def _gradients(query, data, column, users, out, norms):
     """Quadratic.gradients θ − x of a chunk of users (data columns [column, column + users)) into
-    `out` in (coordinate, user) order, and their norms, summed coordinate by coordinate (einsum
-    "ij,ij->j"); False if a gradient is not finite (Shard._compute raises on it)."""
+    `out` in (coordinate, user) order, and their norms, summed coordinate by coordinate
+    (numerics.column_norms); False if a gradient is not finite (Shard._compute raises on it)."""
     dim = query.size
     for user in range(users):
         total = 0.0
@@ -281,13 +281,57 @@ def _rounded_chunk(query, data, column, users, state, scale_bound, bound, top, s
 
 
 @njit(cache=True)
-def _summed_chunk(query, data, column, users, state, norm_bound, user_noise, user_sigma, inputs, norms, total):
+def _column_norms(values, dim, users, norms):
+    """numerics.column_norms of a (d, users) array in (coordinate, user) order: each column's
+    squares added coordinate by coordinate."""
+    for user in range(users):
+        total = 0.0
+        for coordinate in range(dim):
+            total += values[coordinate * users + user] * values[coordinate * users + user]
+        norms[user] = np.sqrt(total)
+
+
+@njit(cache=True)
+def _duchi_reports(inputs, dim, users, state, radius, agreement, report_norm, norms, work):
+    """sums.duchi_reports of a chunk's clipped inputs, in place: per user a sign, one uniform
+    each; the sphere's normals in (coordinate, user) order, each column normalized; one
+    uniform each for the half-space; the report B·(±sphere). `work`: (signs, sphere's norms,
+    sphere), of a chunk's sizes."""
+    signs, sphere_norms, sphere = work
+    _column_norms(inputs, dim, users, norms)
+    for user in range(users):
+        signs[user] = 1.0 if next_double(state) < 0.5 + norms[user] / (2.0 * radius) else -1.0
+    for index in range(dim * users):
+        sphere[index] = standard_normal(state)
+    _column_norms(sphere, dim, users, sphere_norms)
+    for user in range(users):
+        for coordinate in range(dim):
+            sphere[coordinate * users + user] /= sphere_norms[user]
+    for user in range(users):
+        agree = next_double(state) < agreement
+        side = 0.0  # column_dots(sphere, pole), the pole the input's direction times its sign
+        for coordinate in range(dim):
+            if norms[user] > 0:
+                direction = inputs[coordinate * users + user] / max(norms[user], 1e-300)
+            else:  # a zero input's direction: the first axis
+                direction = 1.0 if coordinate == 0 else 0.0
+            side += sphere[coordinate * users + user] * (direction * signs[user])
+        flip = (side >= 0) != agree
+        for coordinate in range(dim):
+            value = sphere[coordinate * users + user]
+            inputs[coordinate * users + user] = report_norm * (-value if flip else value)
+
+
+@njit(cache=True)
+def _summed_chunk(query, data, column, users, state, norm_bound, user_noise, user_sigma, local_reports, agreement,
+                  report_norm, inputs, norms, local_work, total):
     """sums._reports of one chunk of users (data columns [column, column + users)), summed per
     coordinate as `.sum(axis=1)` sums a (d, users) row (numpy's pairwise sum) and added to
     `total`; False if a gradient is not finite.
 
     The gradients (_gradients); clip_l2's factor min(1, C/max(‖g‖, 1e-300)); with user noise
-    (shuffle_gaussian) x + σz, the normals drawn in (coordinate, user) order.
+    (shuffle_gaussian) x + σz, the normals drawn in (coordinate, user) order; with local
+    reports (local_l2) Duchi et al.'s randomizer (_duchi_reports).
     """
     dim = query.size
     if not _gradients(query, data, column, users, inputs, norms):
@@ -299,6 +343,8 @@ def _summed_chunk(query, data, column, users, state, norm_bound, user_noise, use
     if user_noise:
         for index in range(dim * users):
             inputs[index] = inputs[index] + user_sigma * standard_normal(state)
+    if local_reports:
+        _duchi_reports(inputs, dim, users, state, norm_bound, agreement, report_norm, norms, local_work)
     for coordinate in range(dim):
         total[coordinate] += pairwise_sum(inputs, coordinate * users, users)
     return True
@@ -434,14 +480,14 @@ def rounds_pvec(theta, other, steps, data, data_first, key, counter, noise_count
 
 @njit(cache=True, nogil=True)
 def rounds_sum(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count, first_user,
-               batch, block_size, chunk, norm_bound, quantum, user_noise, central_noise, sigma,
-               rule, rate, radius, optimum, half_spread_squared, excess, population):
+               batch, block_size, chunk, norm_bound, quantum, user_noise, central_noise, sigma, local_reports,
+               agreement, report_norm, rule, rate, radius, optimum, half_spread_squared, excess, population):
     """Rounds [start, start + count) with a sum protocol (sums.SumProtocol: `none`,
-    `central_gaussian`, `shuffle_gaussian`), as rounds_pvec otherwise.
+    `central_gaussian`, `shuffle_gaussian`, `local_l2`), as rounds_pvec otherwise.
 
     Per block (sums.SumProtocol.encode_block, stream (ROUND_STREAM, round, block)): the
-    chunks' clipped reports (_summed_chunk: σ = `sigma` per user with `user_noise`) summed in
-    floats, then rounded to fixed point, rint(total/quantum), refused at 2⁶² units; blocks
+    chunks' clipped reports (_summed_chunk: σ = `sigma` per user with `user_noise`, Duchi et
+    al.'s reports with `local_reports`) summed in floats, then rounded to fixed point, rint(total/quantum), refused at 2⁶² units; blocks
     added exactly; the analyzer's total units·quantum, plus σz from the stream
     (NOISE_STREAM, round) with `central_noise` (`noise_counter`: its first counter, any round).
 
@@ -451,6 +497,7 @@ def rounds_sum(theta, other, steps, data, data_first, key, counter, noise_counte
     dim = theta.size
     inputs = np.empty(dim * chunk)
     norms = np.empty(chunk)
+    local_work = (np.empty(chunk), np.empty(chunk), np.empty(dim * chunk if local_reports else 0))  # _duchi_reports'
     total = np.empty(dim)
     units = np.zeros(dim, np.int64)
     query, estimate, step, released = np.empty(dim), np.empty(dim), np.empty(dim), np.empty(dim)
@@ -467,7 +514,8 @@ def rounds_sum(theta, other, steps, data, data_first, key, counter, noise_counte
             total[:] = 0.0
             for low in range(user, segment_stop, chunk):
                 if not _summed_chunk(query, data, low - data_first, min(chunk, segment_stop - low), state,
-                                     norm_bound, user_noise, sigma, inputs, norms, total):
+                                     norm_bound, user_noise, sigma, local_reports, agreement, report_norm,
+                                     inputs, norms, local_work, total):
                     return done
             for coordinate in range(dim):
                 rounded = np.rint(total[coordinate] / quantum)

@@ -30,6 +30,7 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 
 from pipeline.errors import ConfigError
+from pipeline.numerics import column_norms
 from pipeline.options import Option, choice, integer, real, text
 from pipeline.problems.base import Problem, ball_projection
 from pipeline.problems.losses import LOSSES, Loss
@@ -519,7 +520,7 @@ class Dataset(Problem):
             features *= self.scale
         if not (np.isfinite(features).all() and np.isfinite(raw[-1]).all()) or self.loss.bad_labels(raw[-1]).any():
             return False
-        norms = np.sqrt(np.einsum("ij,ij->j", features, features))
+        norms = column_norms(features)
         large = ~np.isfinite(norms)  # finite values above ~1e154 overflow the squares: scale those rows first
         if large.any():
             peak = np.abs(features[:, large]).max(axis=0)

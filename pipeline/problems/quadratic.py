@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from pipeline.numerics import column_norms
 from pipeline.problems.base import Problem, ball_projection, squared_norm
 
 
@@ -62,9 +63,10 @@ class Quadratic(Problem):
     def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
         directions = rng.standard_normal((self.dim, count))
         # ‖x‖ as np.linalg.norm(axis=0) sums it (coordinate by coordinate, no FMA: the same
-        # bits), without its d × count array of squares; then in place: a sequential run's
-        # users are drawn a block per window, and these passes were a third of the draw.
-        norms = np.sqrt(np.einsum("ij,ij->j", directions, directions))
+        # bits) for any count, without its d × count array of squares; then in place: a
+        # sequential run's users are drawn a block per window, and these passes were a third
+        # of the draw.
+        norms = column_norms(directions)
         # A zero draw has probability 0; guard anyway so no NaN can appear.
         norms[norms == 0.0] = 1.0
         directions *= np.divide(self.spread, norms, out=norms)

@@ -28,6 +28,7 @@ import numpy as np
 
 from pipeline import accounting as privacy  # submodules load on first use: shards never import dp_accounting
 from pipeline.accounting import pvec_tight
+from pipeline.numerics import column_norms
 from pipeline.protocols.base import PlanError, Protocol
 from pipeline.protocols.sampling import MAX_TRIALS_PER_DRAW, binomial_above_floor, noise_sampler, split_mean
 
@@ -269,7 +270,7 @@ def _shift_and_scale(params: PvecParams, vectors: np.ndarray, resolution: int = 
     Returns:
       `vectors`, overwritten.
     """
-    norms = np.sqrt(np.einsum("ij,ij->j", vectors, vectors))
+    norms = column_norms(vectors)
     scale = params.g / params.value_range * resolution
     vectors *= (scale * params.norm_bound) / np.maximum(norms, params.norm_bound, out=norms)
     vectors += scale * params.norm_bound

@@ -30,6 +30,8 @@ import operator
 
 import numpy as np
 
+from pipeline.numerics import column_norms
+
 KINDS = ("binary", "l1", "linf", "l2")
 # Beyond 32 levels the plane weights 4^{−k} are below float resolution, and the
 # integer bit planes must fit int64 (see _bit_planes).
@@ -403,7 +405,7 @@ def _clip(params: GirgisParams, x: np.ndarray) -> np.ndarray:
     if params.kind == "l1":
         norms = np.abs(x).sum(axis=0)
     elif params.kind == "l2":
-        norms = np.sqrt(np.einsum("ij,ij->j", x, x))
+        norms = column_norms(x)
     else:
         return x.copy()
     return x * (r / np.maximum(norms, r))

@@ -21,6 +21,7 @@ import numpy as np
 import scipy  # submodules load on first use (scipy.stats alone costs 0.5 s per process)
 
 from pipeline import accounting as privacy  # submodules load on first use: shards never import dp_accounting
+from pipeline.numerics import column_dots, column_norms
 from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE, GAUSSIAN_SUM, NOISY_MAX, PlanError, Protocol
 
 ALL, UNIFORM, POISSON = "all", "uniform", "poisson"
@@ -96,7 +97,7 @@ def _quantum(largest_total: float) -> float:
 
 def clip_l2(inputs: np.ndarray, radius: float) -> np.ndarray:
     """Scales each column into the ℓ2 ball of `radius` (in place; returns it)."""
-    norms = np.sqrt(np.einsum("ij,ij->j", inputs, inputs))
+    norms = column_norms(inputs)
     inputs *= np.minimum(1.0, radius / np.maximum(norms, 1e-300))
     return inputs
 
@@ -109,6 +110,12 @@ def duchi_report_norm(dim: int, radius: float, epsilon0: float) -> float:
     """
     log_ratio = scipy.special.gammaln((dim - 1) / 2 + 1) - scipy.special.gammaln(dim / 2 + 1)
     return radius / math.tanh(epsilon0 / 2.0) * math.sqrt(math.pi) * dim * math.exp(log_ratio) / 2.0
+
+
+def duchi_agreement(epsilon0: float) -> float:
+    """e^ε0/(e^ε0 + 1): the probability that a Duchi et al. report lies on the half-space of
+    its input's pole (duchi_reports)."""
+    return math.exp(epsilon0) / (math.exp(epsilon0) + 1.0)
 
 
 def duchi_reports(inputs: np.ndarray, params: SumParams, rng: np.random.Generator) -> np.ndarray:
@@ -129,16 +136,16 @@ def duchi_reports(inputs: np.ndarray, params: SumParams, rng: np.random.Generato
     """
     dim, users = inputs.shape
     radius = params.norm_bound
-    norms = np.sqrt(np.einsum("ij,ij->j", inputs, inputs))
+    norms = column_norms(inputs)
     direction = np.where(norms > 0, inputs / np.maximum(norms, 1e-300), 0.0)
     # A zero input has no direction: any unit vector, as ½ ± 0 makes the sign a fair coin.
     direction[0, norms == 0] = 1.0
     sign = np.where(rng.random(users) < 0.5 + norms / (2.0 * radius), 1.0, -1.0)
     pole = direction * sign
     sphere = rng.standard_normal((dim, users))
-    sphere /= np.sqrt(np.einsum("ij,ij->j", sphere, sphere))
-    agree = rng.random(users) < math.exp(params.epsilon0) / (math.exp(params.epsilon0) + 1.0)
-    side = np.einsum("ij,ij->j", sphere, pole)
+    sphere /= column_norms(sphere)
+    agree = rng.random(users) < duchi_agreement(params.epsilon0)
+    side = column_dots(sphere, pole)
     flip = (side >= 0) != agree
     sphere[:, flip] *= -1.0
     return params.report_norm * sphere
@@ -164,6 +171,9 @@ class FusedSum(NamedTuple):
       user_noise: each user adds N(0, σ²I) (shuffle_gaussian).
       central_noise: the analyzer adds N(0, σ²I) to the total (central_gaussian).
       sigma: σ (unused without noise).
+      local_reports: each user reports Duchi et al.'s randomizer (local_l2, duchi_reports).
+      agreement: its probability of the pole's half-space (duchi_agreement; unused otherwise).
+      report_norm: its reports' norm B (unused otherwise).
     """
 
     norm_bound: float
@@ -171,6 +181,9 @@ class FusedSum(NamedTuple):
     user_noise: bool
     central_noise: bool
     sigma: float
+    local_reports: bool
+    agreement: float
+    report_norm: float
     kernel = "rounds_sum"  # not a field: the fused_kernel function that twins the call
 
 
@@ -265,13 +278,15 @@ class SumProtocol(Protocol):
         return statistic.total
 
     def fused_encoding(self, params: SumParams) -> FusedSum | None:
-        """The call's constants for the compiled twin: exactly `none`, `central_gaussian` or
-        `shuffle_gaussian` (a subclass, another sum protocol or a plug-in keeps the Python
-        path), every user of the call answering (no sampling)."""
-        if type(self) not in (ExactSum, CentralGaussian, ShuffleGaussian) or params.sampling != ALL:
+        """The call's constants for the compiled twin: exactly `none`, `central_gaussian`,
+        `shuffle_gaussian` or `local_l2` (a subclass, another sum protocol or a plug-in keeps the
+        Python path), every user of the call answering (no sampling)."""
+        if type(self) not in (ExactSum, CentralGaussian, ShuffleGaussian, LocalL2) or params.sampling != ALL:
             return None
+        local = type(self) is LocalL2
         return FusedSum(params.norm_bound, params.quantum, type(self) is ShuffleGaussian,
-                        type(self) is CentralGaussian, params.sigma)
+                        type(self) is CentralGaussian, params.sigma, local,
+                        duchi_agreement(params.epsilon0) if local else 0.0, params.report_norm)
 
 
 

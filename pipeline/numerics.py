@@ -1,0 +1,34 @@
+"""Reductions with the same bits whatever the array's shape (README, "Reproducibility").
+
+numpy picks a reduction's summation order from the shape of its operands: the same
+numbers summed as part of a wider array and alone can differ in their last bits. A
+protocol's chunk of users may hold one user (the part of a round in one block), and the
+compiled rounds (pipeline.engine.fused_kernel) twin the reductions below for any chunk.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def column_dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Σ_i a[i, j]·b[i, j] of every column j, each product rounded and added to the running
+    sum coordinate by coordinate, from the first.
+
+    einsum("ij,ij->j") adds this way over two columns or more; a single column it sums as one
+    contiguous dot product, in SIMD lanes, so a user alone in its chunk would get other bits
+    than among others. That column is accumulated in order instead.
+
+    Args:
+      a, b: (d, n) arrays of one shape, d ≥ 1.
+
+    Returns:
+      The n sums.
+    """
+    if a.shape[1] != 1:
+        return np.einsum("ij,ij->j", a, b)
+    return np.add.accumulate(a[:, 0] * b[:, 0])[-1:]
+
+
+def column_norms(vectors: np.ndarray) -> np.ndarray:
+    """‖v_j‖₂ of every column of a (d, n) array, its squares summed as column_dots sums them."""
+    return np.sqrt(column_dots(vectors, vectors))
