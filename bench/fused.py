@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 from bench.timing import best_times, full_gd_tree, planned_run, sized
+from pipeline.engine.fused import FusedRounds
 from pipeline.engine.shard import Shard
 
 DIM = 10
 # The fused runs timed, by the prefix of their metrics: (optimizer, protocol; None: the default, cjmp_vec).
-RUNS = {"seq": ("seq_sgd", None), "agd": ("seq_agd", None), "gauss": ("seq_sgd", "shuffle_gaussian")}
+RUNS = {"seq": ("seq_sgd", None), "agd": ("seq_agd", None), "gauss": ("seq_sgd", "shuffle_gaussian"),
+        "local": ("seq_sgd", "local_l2")}
 
 
 def run(size: str = "quick") -> dict[str, float]:
-    """seq_sgd and seq_agd with cjmp_vec, and seq_sgd with shuffle_gaussian, on the quadratic
-    (d = 10, ε = 1, tight: rounds of 51 users for seq_sgd with cjmp_vec), one shard holding
+    """seq_sgd and seq_agd with cjmp_vec, and seq_sgd with shuffle_gaussian and with local_l2, on
+    the quadratic (d = 10, ε = 1, tight: rounds of 51 users for seq_sgd with cjmp_vec), one shard holding
     every user: the same rounds fused and in Python from the same start, interleaved, best of N.
 
     Args:
@@ -19,8 +21,9 @@ def run(size: str = "quick") -> dict[str, float]:
 
     Returns:
       name → value: µs per round each way, their ratio, and (seq_sgd) the time drawing the
-      same users alone over the fused rounds' (numpy's normals, the same on both paths;
-      above 1 the rounds wait for the draws, which a thread makes while the kernel runs).
+      same users alone over the fused rounds' (the fused path's draw, compiled_normals:
+      near 1 the rounds wait for the draws, which a thread makes while the kernel runs) and
+      the Python path's draw (numpy's standard_normal) over the fused path's.
     """
     results = {}
     for prefix, (name, protocol) in RUNS.items():
@@ -40,7 +43,9 @@ def run(size: str = "quick") -> dict[str, float]:
         timed = {"fused": lambda: shard.run_rounds(start, 0, rounds),
                  "python": lambda: shard.python_rounds(start, 0, python_rounds)}
         if prefix == "seq":
-            timed["draw"] = lambda: [shard.draw_block(block) for block in blocks]
+            fused_draw = FusedRounds(shard)._draw
+            timed["draw"] = lambda: [fused_draw(block) for block in blocks]
+            timed["numpy_draw"] = lambda: [shard.draw_block(block) for block in blocks]
         times = best_times(timed, repeats=sized(size, 1, 3, 3))
         fused_us = times["fused"] / rounds * 1e6
         python_us = times["python"] / python_rounds * 1e6
@@ -48,5 +53,6 @@ def run(size: str = "quick") -> dict[str, float]:
                         f"{prefix}_fused_vs_python": python_us / fused_us})
         if "draw" in times:
             results["fused_users_drawn_share"] = times["draw"] / times["fused"]
+            results["numpy_draw_vs_compiled"] = times["numpy_draw"] / times["draw"]
     results["fused_vs_python"] = results.pop("seq_fused_vs_python")  # the name earlier runs reported
     return results

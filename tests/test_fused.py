@@ -18,7 +18,8 @@ from pipeline import cli, config, runner
 from pipeline.engine import fused
 from pipeline.engine import fused_kernel as philox  # its generator part
 from pipeline.engine.fused_kernel import pairwise_sum
-from pipeline.engine.layout import counter, run_key
+from pipeline.engine.fused import SPARE_RAWS
+from pipeline.engine.layout import counter, run_key, stream
 from pipeline.engine.shard import Shard
 from pipeline.errors import NonFiniteError
 from pipeline.optimizers.seq_sgd import SeqSGD
@@ -106,6 +107,39 @@ def test_standard_normals_are_numpys_in_every_branch_of_the_ziggurat():
     want = np.random.Generator(np.random.Philox(key=key, counter=start)).standard_normal(count)
     assert np.array_equal(got, want)
     assert np.abs(want).max() > 3.6541528853610088  # beyond the tail's start r: the tail branch ran
+
+
+def _raws_taken(draw, key: tuple) -> int:
+    """How many raw outputs `draw(generator)` takes from a new generator of the stream `key` of run 0."""
+    generator = stream(0, *key)
+    draw(generator)
+    after = generator.bit_generator.state
+    blocks = int(after["state"]["counter"][0])  # word 0 counts the stream's blocks of four from 0
+    return 4 * blocks - (4 - after["buffer_pos"])
+
+
+@pytest.mark.parametrize("count, spare", [(0, SPARE_RAWS), (1, 0.0), (7, SPARE_RAWS), (10_000, 0.0), (10_002, 0.0),
+                                          (10_000, 0.5), (200_000, SPARE_RAWS)])
+def test_compiled_normals_are_numpys_on_the_tape_and_past_it(count, spare):
+    """The users' normals of the fused path: numpy's raw outputs and the compiled ziggurat give
+    numpy's standard_normal bit for bit, also when the ziggurat's rejections run past the raw
+    outputs drawn (spare 0: numpy takes more raw outputs than normals, so the draw continues
+    on the compiled generator)."""
+    key = (5, count)
+    want = stream(0, *key).standard_normal(count)
+    assert np.array_equal(fused.compiled_normals(stream(0, *key), count, spare), want)
+    if spare == 0.0 and count >= 10_000:
+        assert _raws_taken(lambda generator: generator.standard_normal(count), key) > count
+
+
+@pytest.mark.parametrize("n_users, dim, block_size", [(5_000, 10, 1024), (4_097, 3, 1024), (300, 1, 64)])
+def test_the_fused_path_draws_the_users_of_draw_block(n_users, dim, block_size):
+    """Blocks whole and partial (4,097 users: a last block of one user)."""
+    job = _job(_tree(n_users=n_users, dim=dim, block_size=block_size))
+    shard = Shard(job, 0, job.layout.n_blocks)
+    rounds = fused.FusedRounds(shard)
+    for block in range(job.layout.n_blocks):
+        assert np.array_equal(rounds._draw(block), shard.draw_block(block)), block
 
 
 @pytest.mark.parametrize("length", [*range(0, 140), 255, 256, 257, 1000, 4097, 65539])

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, register_jitable
 # numba's twin of numpy's BTPE (the Generator path), built over any next_double: the
 # rejection scaffolding and the squeeze constants follow the installed numpy.
 from numba.cpython._binomial import make_binomial_btpe
@@ -84,9 +84,15 @@ def next_uint64(state):
 
 
 @njit(cache=True)
+def _unit(raw):
+    """A raw output's uniform double on [0, 1) (numpy's `next_double`: the top 53 bits)."""
+    return np.float64(raw >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@njit(cache=True)
 def next_double(state):
-    """The next uniform double on [0, 1) (numpy's `random()`: the top 53 bits)."""
-    return np.float64(next_uint64(state) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+    """The next uniform double on [0, 1) (numpy's `random()`)."""
+    return _unit(next_uint64(state))
 
 
 @njit(cache=True)
@@ -143,29 +149,87 @@ _LOW_52 = np.uint64(0x000FFFFFFFFFFFFF)
 _LAYER = np.uint64(0xFF)
 
 
+def _ziggurat(next_raw):
+    """numpy's random_standard_normal over a source of raw outputs, `next_raw(source)`: one
+    raw output picks a layer (low 8 bits), a sign and 52 bits of magnitude; inside the
+    layer's box (99% of draws) that is the normal, else the tail (layer 0, Marsaglia's
+    exponential pair) or a wedge test against the density."""
+
+    @register_jitable
+    def normal(source):
+        while True:
+            raw = next_raw(source)
+            layer = raw & _LAYER
+            raw >>= np.uint64(8)
+            magnitude = (raw >> _ONE) & _LOW_52
+            x = np.float64(magnitude) * _WI[layer]
+            if raw & _ONE:
+                x = -x
+            if magnitude < _KI[layer]:
+                return x
+            if layer == 0:
+                while True:
+                    xx = -_NOR_INV_R * np.log1p(-_unit(next_raw(source)))
+                    yy = -np.log1p(-_unit(next_raw(source)))
+                    if yy + yy > xx * xx:
+                        return -(_NOR_R + xx) if (magnitude >> np.uint64(8)) & _ONE else _NOR_R + xx
+            elif (_FI[layer - 1] - _FI[layer]) * _unit(next_raw(source)) + _FI[layer] < np.exp(-0.5 * x * x):
+                return x
+
+    return normal
+
+
+_normal_of_state = _ziggurat(next_uint64)
+
+
 @njit(cache=True)
 def standard_normal(state):
-    """numpy's random_standard_normal: one raw output picks a layer (low 8 bits), a sign and
-    52 bits of magnitude; inside the layer's box (99% of draws) that is the normal, else the
-    tail (layer 0, Marsaglia's exponential pair) or a wedge test against the density."""
-    while True:
-        raw = next_uint64(state)
-        layer = raw & _LAYER
-        raw >>= np.uint64(8)
-        magnitude = (raw >> _ONE) & _LOW_52
-        x = np.float64(magnitude) * _WI[layer]
-        if raw & _ONE:
-            x = -x
-        if magnitude < _KI[layer]:
-            return x
-        if layer == 0:
-            while True:
-                xx = -_NOR_INV_R * np.log1p(-next_double(state))
-                yy = -np.log1p(-next_double(state))
-                if yy + yy > xx * xx:
-                    return -(_NOR_R + xx) if (magnitude >> np.uint64(8)) & _ONE else _NOR_R + xx
-        elif (_FI[layer - 1] - _FI[layer]) * next_double(state) + _FI[layer] < np.exp(-0.5 * x * x):
-            return x
+    """One standard normal from the generator `state`, as numpy's (_ziggurat)."""
+    return _normal_of_state(state)
+
+
+@njit(cache=True)
+def _next_on_tape(source):
+    """The next raw output of a (tape, cursor, state) source: the tape's while it lasts, then
+    the generator `state`'s (which continues the stream past the tape)."""
+    tape, cursor, state = source
+    index = cursor[0]
+    if index < tape.size:
+        cursor[0] = index + 1
+        return tape[index]
+    return next_uint64(state)
+
+
+_normal_on_tape = _ziggurat(_next_on_tape)
+
+
+@njit(cache=True, nogil=True)  # nogil: the next block's users are drawn while the kernel runs
+def normals_on_tape(tape, state, out):
+    """Fills `out` with a stream's standard normals, as numpy's `standard_normal(out.size)`
+    draws them, from its first raw outputs `tape` (numpy's `random_raw`, whose C Philox is
+    faster than this file's) and, past the tape (the ziggurat's rejections take more raw
+    outputs than normals), from `state`, the same stream positioned after the tape.
+
+    Returns:
+      How many raw outputs of the tape were used.
+    """
+    cursor = np.zeros(1, np.int64)
+    source = (tape, cursor, state)
+    used = 0
+    for index in range(out.size):
+        if used < tape.size:  # the ziggurat's box, its first test inline: 99% of draws end there
+            raw = tape[used]
+            layer = raw & _LAYER
+            magnitude = (raw >> np.uint64(9)) & _LOW_52
+            if magnitude < _KI[layer]:
+                x = np.float64(magnitude) * _WI[layer]
+                out[index] = -x if (raw >> np.uint64(8)) & _ONE else x
+                used += 1
+                continue
+        cursor[0] = used  # the whole ziggurat, from this raw output on
+        out[index] = _normal_on_tape(source)
+        used = cursor[0]
+    return used
 
 
 # --- the rounds -------------------------------------------------------------------------

@@ -61,7 +61,12 @@ class Quadratic(Problem):
         return optimum
 
     def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
-        directions = rng.standard_normal((self.dim, count))
+        return self.from_normals(rng.standard_normal((self.dim, count)))
+
+    def from_normals(self, directions: np.ndarray) -> np.ndarray:
+        """The users whose directions are these standard normals, (d, count), in place: what
+        `sample` makes of its draw (the fused rounds draw the normals in compiled code,
+        pipeline.engine.fused)."""
         # ‖x‖ as np.linalg.norm(axis=0) sums it (coordinate by coordinate, no FMA: the same
         # bits) for any count, without its d × count array of squares; then in place: a
         # sequential run's users are drawn a block per window, and these passes were a third
