@@ -43,7 +43,7 @@ def run(size: str = "quick") -> dict[str, float]:
         timed = {"fused": lambda: shard.run_rounds(start, 0, rounds),
                  "python": lambda: shard.python_rounds(start, 0, python_rounds)}
         if prefix == "seq":
-            fused_draw = FusedRounds(shard)._draw
+            fused_draw = FusedRounds(shard).draw_block
             timed["draw"] = lambda: [fused_draw(block) for block in blocks]
             timed["numpy_draw"] = lambda: [shard.draw_block(block) for block in blocks]
         times = best_times(timed, repeats=sized(size, 1, 3, 3))

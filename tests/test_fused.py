@@ -139,7 +139,7 @@ def test_the_fused_path_draws_the_users_of_draw_block(n_users, dim, block_size):
     shard = Shard(job, 0, job.layout.n_blocks)
     rounds = fused.FusedRounds(shard)
     for block in range(job.layout.n_blocks):
-        assert np.array_equal(rounds._draw(block), shard.draw_block(block)), block
+        assert np.array_equal(rounds.draw_block(block), shard.draw_block(block)), block
 
 
 @pytest.mark.parametrize("length", [*range(0, 140), 255, 256, 257, 1000, 4097, 65539])
@@ -239,18 +239,19 @@ def test_the_one_user_case_has_rounds_with_one_user_in_a_block():
 def test_a_non_finite_gradient_fails_the_fused_run_as_the_python_run(monkeypatch, protocol):
     job = _job(_tree(n_users=2_000, dim=3, block_size=256, batch_size=20, protocol=protocol))
     assert fused.fusable(job)
+    def poisoned(data: np.ndarray, block: int) -> np.ndarray:
+        if block == 1:
+            data[2, 45] = np.nan  # user 256 + 45 = 301, in round 15
+        return data
+
+    # The fused rounds draw their blocks themselves (the same users: tested above); the Python
+    # round they run to name the failure draws with the shard.
+    shard_draw, fused_draw = Shard.draw_block, fused.FusedRounds.draw_block
+    monkeypatch.setattr(Shard, "draw_block", lambda shard, block: poisoned(shard_draw(shard, block), block))
+    monkeypatch.setattr(fused.FusedRounds, "draw_block", lambda rounds, block: poisoned(fused_draw(rounds, block), block))
     errors = []
     for fused_path in (False, True):
         shard = Shard(job, 0, job.layout.n_blocks)
-        draw = shard.draw_block
-
-        def poisoned(block, draw=draw):
-            data = draw(block)
-            if block == 1:
-                data[2, 45] = np.nan  # user 256 + 45 = 301, in round 15
-            return data
-
-        monkeypatch.setattr(shard, "draw_block", poisoned)
         run = shard.run_rounds if fused_path else shard.python_rounds
         with pytest.raises(NonFiniteError) as error:
             run(job.optimizer.start(job.seed), 0, job.schedule.rounds)

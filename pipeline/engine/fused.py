@@ -163,7 +163,7 @@ class FusedRounds:
         self._blocks: dict[int, Future] = {}
         self._ahead = ThreadPoolExecutor(1, thread_name_prefix="fused-draw")
 
-    def _draw(self, block: int) -> np.ndarray:
+    def draw_block(self, block: int) -> np.ndarray:
         """Shard.draw_block(block), bit for bit, its normals drawn by `compiled_normals`."""
         job = self._job
         first, stop = job.layout.block_users(block)
@@ -172,7 +172,7 @@ class FusedRounds:
 
     def _block(self, block: int) -> Future:
         if block not in self._blocks:
-            self._blocks[block] = self._ahead.submit(self._draw, block)
+            self._blocks[block] = self._ahead.submit(self.draw_block, block)
         return self._blocks[block]
 
     def _window(self, first_user: int, stop_user: int, last_user: int) -> tuple[np.ndarray, int]:
