@@ -61,9 +61,11 @@ def _rounds(job, start: int, fused_path: bool):
 
 @njit
 def _draws(state, key, start, kinds, trials, probabilities):
-    """Draws of each kind in order: 0 a raw output, 1 a uniform double, 2 a binomial, 3 a standard normal."""
+    """Draws of each kind in order: 0 a raw output, 1 a uniform double, 2 a binomial, 3 a
+    standard normal, 4 a standard normal of standard_normals."""
     philox.rekey(state, key, start)
     out = np.empty(kinds.size)
+    one = np.empty(1)
     for index in range(kinds.size):
         if kinds[index] == 0:
             out[index] = np.float64(philox.next_uint64(state) >> np.uint64(11))  # exact in a double
@@ -71,6 +73,9 @@ def _draws(state, key, start, kinds, trials, probabilities):
             out[index] = philox.next_double(state)
         elif kinds[index] == 3:
             out[index] = philox.standard_normal(state)
+        elif kinds[index] == 4:
+            philox.standard_normals(state, one, 1)
+            out[index] = one[0]
         else:
             out[index] = philox.binomial(state, trials[index], probabilities[index])
     return out
@@ -86,27 +91,34 @@ def test_philox_uniforms_and_binomials_are_numpys_draw_for_draw(start):
     key = run_key(11)
     pick = np.random.default_rng(1)
     cases = pick.integers(len(BINOMIALS), size=400)
-    kinds = pick.integers(4, size=400)
+    kinds = pick.integers(5, size=400)
     trials = np.array([BINOMIALS[case][0] for case in cases], np.int64)
     probabilities = np.array([BINOMIALS[case][1] for case in cases])
     got = _draws(np.zeros(philox.STATE_WORDS, np.uint64), key, start.copy(), kinds, trials, probabilities)
     reference = np.random.Generator(np.random.Philox(key=key, counter=start))
     want = [float(reference.bit_generator.random_raw() >> 11) if kind == 0 else reference.random() if kind == 1
-            else reference.standard_normal() if kind == 3 else float(reference.binomial(n, p))
+            else reference.standard_normal() if kind >= 3 else float(reference.binomial(n, p))
             for kind, n, p in zip(kinds, trials, probabilities)]
     assert np.array_equal(got, want)
 
 
-def test_standard_normals_are_numpys_in_every_branch_of_the_ziggurat():
-    """2·10⁵ normals, numpy's and ours from one stream: about 2,000 take the wedge test and 50
-    the tail (layer 0 outside its box), whose two uniforms and sign bit must match too."""
+@pytest.mark.parametrize("kind", [3, 4])
+def test_standard_normals_are_numpys_in_every_branch_of_the_ziggurat(kind):
+    """2·10⁵ normals, numpy's and ours from one stream (standard_normal, or standard_normals
+    one at a time and all at once): about 2,000 take the wedge test and 50 the tail (layer 0
+    outside its box), whose two uniforms and sign bit must match too."""
     count = 200_000
     key, start = run_key(3), counter(1, 2, 3)
-    got = _draws(np.zeros(philox.STATE_WORDS, np.uint64), key, start.copy(), np.full(count, 3),
+    got = _draws(np.zeros(philox.STATE_WORDS, np.uint64), key, start.copy(), np.full(count, kind),
                  np.zeros(count, np.int64), np.zeros(count))
     want = np.random.Generator(np.random.Philox(key=key, counter=start)).standard_normal(count)
     assert np.array_equal(got, want)
     assert np.abs(want).max() > 3.6541528853610088  # beyond the tail's start r: the tail branch ran
+    if kind == 4:
+        state, bulk = np.zeros(philox.STATE_WORDS, np.uint64), np.empty(count)
+        philox.rekey(state, key, start.copy())
+        philox.standard_normals(state, bulk, count)
+        assert np.array_equal(bulk, want)
 
 
 def _raws_taken(draw, key: tuple) -> int:

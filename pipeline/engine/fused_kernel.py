@@ -179,6 +179,16 @@ def _ziggurat(next_raw):
     return normal
 
 
+@njit(cache=True)
+def _box(raw):
+    """The ziggurat's first test of a raw output (as _ziggurat): whether it lands inside its
+    layer's box (99% of draws), and the normal it makes if so."""
+    layer = raw & _LAYER
+    magnitude = (raw >> np.uint64(9)) & _LOW_52
+    x = np.float64(magnitude) * _WI[layer]
+    return magnitude < _KI[layer], -x if (raw >> np.uint64(8)) & _ONE else x
+
+
 _normal_of_state = _ziggurat(next_uint64)
 
 
@@ -186,6 +196,22 @@ _normal_of_state = _ziggurat(next_uint64)
 def standard_normal(state):
     """One standard normal from the generator `state`, as numpy's (_ziggurat)."""
     return _normal_of_state(state)
+
+
+@njit(cache=True)
+def standard_normals(state, out, count):
+    """out[:count] = `count` standard normals from the generator `state`, as numpy's draw
+    them: the box's test inline in the loop (a call a normal took twice as long), else
+    _ziggurat from the same raw output."""
+    for index in range(count):
+        if state[_POSITION] >= 4:
+            _next_block(state)  # the raw output is read before it is taken: _ziggurat takes it below
+        inside, x = _box(state[_BUFFER + state[_POSITION]])
+        if inside:
+            state[_POSITION] += _ONE
+            out[index] = x
+        else:
+            out[index] = standard_normal(state)
 
 
 @njit(cache=True)
@@ -217,13 +243,10 @@ def normals_on_tape(tape, state, out):
     source = (tape, cursor, state)
     used = 0
     for index in range(out.size):
-        if used < tape.size:  # the ziggurat's box, its first test inline: 99% of draws end there
-            raw = tape[used]
-            layer = raw & _LAYER
-            magnitude = (raw >> np.uint64(9)) & _LOW_52
-            if magnitude < _KI[layer]:
-                x = np.float64(magnitude) * _WI[layer]
-                out[index] = -x if (raw >> np.uint64(8)) & _ONE else x
+        if used < tape.size:  # the box's test inline (as standard_normals)
+            inside, x = _box(tape[used])
+            if inside:
+                out[index] = x
                 used += 1
                 continue
         cursor[0] = used  # the whole ziggurat, from this raw output on
@@ -365,8 +388,7 @@ def _duchi_reports(inputs, dim, users, state, radius, agreement, report_norm, no
     _column_norms(inputs, dim, users, norms)
     for user in range(users):
         signs[user] = 1.0 if next_double(state) < 0.5 + norms[user] / (2.0 * radius) else -1.0
-    for index in range(dim * users):
-        sphere[index] = standard_normal(state)
+    standard_normals(state, sphere, dim * users)
     _column_norms(sphere, dim, users, sphere_norms)
     for user in range(users):
         for coordinate in range(dim):
@@ -405,8 +427,10 @@ def _summed_chunk(query, data, column, users, state, norm_bound, user_noise, use
         for coordinate in range(dim):
             inputs[coordinate * users + user] *= factor
     if user_noise:
+        noise = local_work[2]
+        standard_normals(state, noise, dim * users)
         for index in range(dim * users):
-            inputs[index] = inputs[index] + user_sigma * standard_normal(state)
+            inputs[index] = inputs[index] + user_sigma * noise[index]
     if local_reports:
         _duchi_reports(inputs, dim, users, state, norm_bound, agreement, report_norm, norms, local_work)
     for coordinate in range(dim):
@@ -561,7 +585,9 @@ def rounds_sum(theta, other, steps, data, data_first, key, counter, noise_counte
     dim = theta.size
     inputs = np.empty(dim * chunk)
     norms = np.empty(chunk)
-    local_work = (np.empty(chunk), np.empty(chunk), np.empty(dim * chunk if local_reports else 0))  # _duchi_reports'
+    # _duchi_reports' work (signs, sphere's norms, sphere), whose sphere holds shuffle_gaussian's noise too
+    local_work = (np.empty(chunk), np.empty(chunk), np.empty(dim * chunk if local_reports or user_noise else 0))
+    central = np.empty(dim)  # the curator's noise
     total = np.empty(dim)
     units = np.zeros(dim, np.int64)
     query, estimate, step, released = np.empty(dim), np.empty(dim), np.empty(dim), np.empty(dim)
@@ -592,8 +618,9 @@ def rounds_sum(theta, other, steps, data, data_first, key, counter, noise_counte
         if central_noise:
             noise_counter[0], noise_counter[2] = 0, round_index
             rekey(state, key, noise_counter)
+            standard_normals(state, central, dim)
             for coordinate in range(dim):
-                estimate[coordinate] = estimate[coordinate] + sigma * standard_normal(state)
+                estimate[coordinate] = estimate[coordinate] + sigma * central[coordinate]
         if not _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, step, released, squares):
             return done
         excess[done] = _excess(released, optimum, squares)
