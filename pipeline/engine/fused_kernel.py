@@ -149,44 +149,41 @@ _LOW_52 = np.uint64(0x000FFFFFFFFFFFFF)
 _LAYER = np.uint64(0xFF)
 
 
+@njit(cache=True)
+def _box(raw):
+    """The ziggurat's first test of a raw output: its low 8 bits pick a layer, bit 8 a sign,
+    the next 52 a magnitude; whether that lands inside the layer's box (99% of draws), and
+    the normal it makes (the normal if inside)."""
+    layer = raw & _LAYER
+    magnitude = (raw >> np.uint64(9)) & _LOW_52
+    x = np.float64(magnitude) * _WI[layer]
+    return magnitude < _KI[layer], -x if (raw >> np.uint64(8)) & _ONE else x
+
+
 def _ziggurat(next_raw):
-    """numpy's random_standard_normal over a source of raw outputs, `next_raw(source)`: one
-    raw output picks a layer (low 8 bits), a sign and 52 bits of magnitude; inside the
-    layer's box (99% of draws) that is the normal, else the tail (layer 0, Marsaglia's
-    exponential pair) or a wedge test against the density."""
+    """numpy's random_standard_normal over a source of raw outputs, `next_raw(source)`: a raw
+    output inside its layer's box (_box) is the normal; else the tail (layer 0, Marsaglia's
+    exponential pair, its sign bit 17 of the raw output) or a wedge test against the density,
+    and a new raw output if that rejects."""
 
     @register_jitable
     def normal(source):
         while True:
             raw = next_raw(source)
-            layer = raw & _LAYER
-            raw >>= np.uint64(8)
-            magnitude = (raw >> _ONE) & _LOW_52
-            x = np.float64(magnitude) * _WI[layer]
-            if raw & _ONE:
-                x = -x
-            if magnitude < _KI[layer]:
+            inside, x = _box(raw)
+            if inside:
                 return x
+            layer = raw & _LAYER
             if layer == 0:
                 while True:
                     xx = -_NOR_INV_R * np.log1p(-_unit(next_raw(source)))
                     yy = -np.log1p(-_unit(next_raw(source)))
                     if yy + yy > xx * xx:
-                        return -(_NOR_R + xx) if (magnitude >> np.uint64(8)) & _ONE else _NOR_R + xx
+                        return -(_NOR_R + xx) if (raw >> np.uint64(17)) & _ONE else _NOR_R + xx
             elif (_FI[layer - 1] - _FI[layer]) * _unit(next_raw(source)) + _FI[layer] < np.exp(-0.5 * x * x):
                 return x
 
     return normal
-
-
-@njit(cache=True)
-def _box(raw):
-    """The ziggurat's first test of a raw output (as _ziggurat): whether it lands inside its
-    layer's box (99% of draws), and the normal it makes if so."""
-    layer = raw & _LAYER
-    magnitude = (raw >> np.uint64(9)) & _LOW_52
-    x = np.float64(magnitude) * _WI[layer]
-    return magnitude < _KI[layer], -x if (raw >> np.uint64(8)) & _ONE else x
 
 
 _normal_of_state = _ziggurat(next_uint64)
@@ -575,8 +572,8 @@ def rounds_sum(theta, other, steps, data, data_first, key, counter, noise_counte
 
     Per block (sums.SumProtocol.encode_block, stream (ROUND_STREAM, round, block)): the
     chunks' clipped reports (_summed_chunk: σ = `sigma` per user with `user_noise`, Duchi et
-    al.'s reports with `local_reports`) summed in floats, then rounded to fixed point, rint(total/quantum), refused at 2⁶² units; blocks
-    added exactly; the analyzer's total units·quantum, plus σz from the stream
+    al.'s reports with `local_reports`) summed in floats, then rounded to fixed point,
+    rint(total/quantum), refused at 2⁶² units; blocks added exactly; the analyzer's total units·quantum, plus σz from the stream
     (NOISE_STREAM, round) with `central_noise` (`noise_counter`: its first counter, any round).
 
     Returns:
