@@ -17,9 +17,10 @@ import ray
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """A local Ray instance the pipeline's engine reuses."""
+    """A local Ray instance the pipeline's engine reuses: the process's own ("local": never a
+    cluster that another test process started with `ray start`, as the cluster test does)."""
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR,
+        ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level=logging.ERROR,
                  object_store_memory=200 * 1024**2)
     yield
     ray.shutdown()
@@ -88,6 +89,9 @@ def s3_server():
 # When those tests are selected, the commands run in child processes, one after the other, from
 # the start of the test run: on a 2-core machine they use the core the single-threaded tests
 # before them leave idle. Each test waits for its command. "{out}" is the command's own folder.
+# Under pytest-xdist (pyproject's addopts: two test processes, which keep both cores busy) a
+# process runs a command when a test first asks for it: each process collects every test, and
+# started eagerly, each would run every command.
 ROOT = Path(__file__).resolve().parents[1]
 BACKGROUND = {  # the test module that reads it → (name, arguments of python)
     "test_accounting_figures.py": ("accounting_figures",
@@ -110,7 +114,7 @@ class Finished(NamedTuple):
 class _Background:
     """`python ARGS` for each named command, in turn, in a thread (see BACKGROUND)."""
 
-    def __init__(self, commands: dict[str, list[str]], root: Path):
+    def __init__(self, commands: dict[str, list[str]], root: Path, eager: bool = True):
         self._outs = {name: root / name for name in commands}
         self._argv = {name: [sys.executable, *[arg.format(out=self._outs[name]) for arg in args]]
                       for name, args in commands.items()}
@@ -119,26 +123,35 @@ class _Background:
         self._child: subprocess.Popen | None = None
         self._stopped = False
         self._lock = threading.Lock()
+        self._eager = eager
         self._thread = threading.Thread(target=self._run_all, name="background-commands", daemon=True)
-        self._thread.start()
+        if eager:
+            self._thread.start()
 
     def _run_all(self) -> None:
-        for name, argv in self._argv.items():
-            try:
-                with self._lock:
-                    if self._stopped:
-                        raise RuntimeError("the test run ended first")
-                    self._outs[name].mkdir(parents=True, exist_ok=True)
-                    self._child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                   text=True)
-                stdout, stderr = self._child.communicate()
-                self._results[name] = subprocess.CompletedProcess(argv, self._child.returncode, stdout, stderr)
-            except BaseException as error:  # reported by result()
-                self._results[name] = error
-            self._done[name].set()
+        for name in self._argv:
+            self._run(name)
+
+    def _run(self, name: str) -> None:
+        argv = self._argv[name]
+        try:
+            with self._lock:
+                if self._stopped:
+                    raise RuntimeError("the test run ended first")
+                self._outs[name].mkdir(parents=True, exist_ok=True)
+                self._child = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                               text=True)
+            stdout, stderr = self._child.communicate()
+            self._results[name] = subprocess.CompletedProcess(argv, self._child.returncode, stdout, stderr)
+        except BaseException as error:  # reported by result()
+            self._results[name] = error
+        self._done[name].set()
 
     def result(self, name: str, timeout: float = 1800.0) -> Finished:
-        """Waits for the command; returns its folder and output (it exited with status 0)."""
+        """Waits for the command (runs it now if it was not started eagerly); returns its folder
+        and output (it exited with status 0)."""
+        if not self._eager and not self._done[name].is_set():
+            self._run(name)
         assert self._done[name].wait(timeout), f"{name} did not finish within {timeout:.0f} s"
         done = self._results[name]
         if isinstance(done, BaseException):
@@ -152,7 +165,8 @@ class _Background:
             self._stopped = True
             if self._child is not None and self._child.poll() is None:
                 self._child.kill()
-        self._thread.join()
+        if self._eager:
+            self._thread.join()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -160,7 +174,8 @@ def background(request, tmp_path_factory):
     """background(name) -> Finished, of a BACKGROUND command (see above)."""
     selected = {item.path.name for item in request.session.items}
     commands = dict(command for test, command in BACKGROUND.items() if test in selected)
-    runner = _Background(commands, tmp_path_factory.mktemp("background")) if commands else None
+    eager = not hasattr(request.config, "workerinput")  # pytest-xdist's test processes have workerinput
+    runner = _Background(commands, tmp_path_factory.mktemp("background"), eager) if commands else None
     yield runner.result if runner else None
     if runner:
         runner.stop()
