@@ -112,7 +112,8 @@ class Finished(NamedTuple):
 
 
 class _Background:
-    """`python ARGS` for each named command, in turn, in a thread (see BACKGROUND)."""
+    """`python ARGS` for each named command, in turn, in a thread (see BACKGROUND); or, not
+    `eager`, each when a test first asks for its result."""
 
     def __init__(self, commands: dict[str, list[str]], root: Path, eager: bool = True):
         self._outs = {name: root / name for name in commands}
