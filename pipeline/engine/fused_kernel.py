@@ -349,14 +349,20 @@ def _rounded_chunk(query, data, column, users, state, scale_bound, bound, top, s
             scaled[coordinate * users + user] = min(max(value, 0.0), top)
     tie_count = 0
     raw = np.uint64(0)
-    for index in range(dim * users):
-        if index % 8 == 0:
-            raw = next_uint64(state)
-        fixed = np.uint64(np.uint32(scaled[index])) + ((raw >> np.uint64(8 * (index % 8))) & _BYTE_MASK)
-        if fixed & _BYTE_MASK == _BYTE_MASK:
-            ties[tie_count] = index
-            tie_count += 1
-        rounded[index // users] += np.int64(fixed >> np.uint64(8))
+    index = 0  # coordinate·users + user, in this order (no division a coordinate)
+    for coordinate in range(dim):
+        whole = 0
+        for _ in range(users):
+            byte = index % 8
+            if byte == 0:
+                raw = next_uint64(state)
+            fixed = np.uint64(np.uint32(scaled[index])) + ((raw >> np.uint64(8 * byte)) & _BYTE_MASK)
+            if fixed & _BYTE_MASK == _BYTE_MASK:
+                ties[tie_count] = index
+                tie_count += 1
+            whole += np.int64(fixed >> np.uint64(8))
+            index += 1
+        rounded[coordinate] += whole
     for tie in range(tie_count):
         value = scaled[ties[tie]]
         if next_double(state) >= 1.0 - (value - np.floor(value)):
