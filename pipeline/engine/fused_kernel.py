@@ -231,11 +231,7 @@ def normals_on_tape(tape, state, out):
     """Fills `out` with a stream's standard normals, as numpy's `standard_normal(out.size)`
     draws them, from its first raw outputs `tape` (numpy's `random_raw`, whose C Philox is
     faster than this file's) and, past the tape (the ziggurat's rejections take more raw
-    outputs than normals), from `state`, the same stream positioned after the tape.
-
-    Returns:
-      How many raw outputs of the tape were used.
-    """
+    outputs than normals), from `state`, the same stream positioned after the tape."""
     cursor = np.zeros(1, np.int64)
     source = (tape, cursor, state)
     used = 0
@@ -249,7 +245,6 @@ def normals_on_tape(tape, state, out):
         cursor[0] = used  # the whole ziggurat, from this raw output on
         out[index] = _normal_on_tape(source)
         used = cursor[0]
-    return used
 
 
 # --- the rounds -------------------------------------------------------------------------
