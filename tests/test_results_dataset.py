@@ -333,3 +333,34 @@ def test_a_gcs_output_retries_for_seconds_then_is_one_line(tmp_path, capsys, mon
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"config error: tracking.out = '{out}': cannot be opened"), lines
     assert sorted(path.name for path in tmp_path.iterdir()) == ["grid.yaml"]
+
+
+class _TornStore:
+    """A location whose lease reads return the given bodies in turn (a store without atomic
+    overwrites serves a renewal half-written)."""
+
+    shown = "torn://"
+
+    def __init__(self, bodies: list[bytes]):
+        self.filesystem = self
+        self._bodies = bodies
+
+    def path(self, name: str) -> str:
+        return name
+
+    def open_input_stream(self, path: str):
+        import io
+
+        return io.BytesIO(self._bodies.pop(0))
+
+
+def test_a_lease_read_half_written_is_read_again():
+    import json
+    import time
+
+    from pipeline.tracking.lease import Lease
+
+    whole = json.dumps({"holder": "h", "renewed": time.time()}).encode()
+    torn = whole[:-7]
+    assert Lease(_TornStore([torn, torn, whole])).live()["holder"] == "h"
+    assert Lease(_TornStore([torn] * 5)).live() is None  # never whole: not a lease

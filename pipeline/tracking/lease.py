@@ -25,6 +25,7 @@ LEASE_NAME = ".lease.json"
 TTL_S = 120.0  # seconds without renewal after which a lease is a dead driver's
 RENEW_S = 20.0  # the holder rewrites its lease this often
 SETTLE_S = 1.0  # from writing the lease to reading it back
+_READS = 5  # reads of a lease whose body does not parse before it counts as none (Lease._read)
 
 
 class Lease:
@@ -44,11 +45,22 @@ class Lease:
         self._renewer: threading.Thread | None = None
 
     def _read(self) -> dict | None:
-        """The lease as written, or None if there is none (or it is not one)."""
-        try:
-            with self.location.filesystem.open_input_stream(self.path) as stream:
-                lease = json.loads(stream.read())
-        except (FileNotFoundError, ValueError):
+        """The lease as written, or None if there is none (or it is not one).
+
+        A body that does not parse is read again, up to _READS times: an S3-compatible server
+        without atomic overwrites (moto's served 3% of reads torn while a holder renewed) would
+        otherwise show a held lease as free.
+        """
+        for _ in range(_READS):
+            try:
+                with self.location.filesystem.open_input_stream(self.path) as stream:
+                    lease = json.loads(stream.read())
+                break
+            except FileNotFoundError:
+                return None
+            except ValueError:
+                time.sleep(0.01)
+        else:
             return None
         return lease if isinstance(lease, dict) and "holder" in lease else None
 
