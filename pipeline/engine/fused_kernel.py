@@ -54,14 +54,8 @@ def _mulhilo(typing_context, a, b):
 
 
 @njit(cache=True)
-def _next_block(state):
-    """Advances the counter by one (with carry) and fills the buffer with Philox4x64-10 of it."""
-    for word in range(4):
-        state[_COUNTER + word] += _ONE
-        if state[_COUNTER + word] != 0:
-            break
-    c0, c1, c2, c3 = state[0], state[1], state[2], state[3]
-    k0, k1 = state[_KEY], state[_KEY + 1]
+def _philox(c0, c1, c2, c3, k0, k1):
+    """Philox4x64-10 of the counter (c0..c3) under the key (k0, k1): four raw outputs."""
     for step in range(10):
         if step:
             k0 += _W0
@@ -69,8 +63,56 @@ def _next_block(state):
         hi0, lo0 = _mulhilo(_M0, c0)
         hi1, lo1 = _mulhilo(_M1, c2)
         c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
-    state[_BUFFER], state[_BUFFER + 1], state[_BUFFER + 2], state[_BUFFER + 3] = c0, c1, c2, c3
+    return c0, c1, c2, c3
+
+
+@njit(cache=True)
+def _increment(c0, c1, c2, c3):
+    """The 256-bit counter plus one (numpy increments it before each block)."""
+    c0 += _ONE
+    if c0 == 0:
+        c1 += _ONE
+        if c1 == 0:
+            c2 += _ONE
+            if c2 == 0:
+                c3 += _ONE
+    return c0, c1, c2, c3
+
+
+@njit(cache=True)
+def _next_block(state):
+    """Advances the counter by one (with carry) and fills the buffer with Philox4x64-10 of it."""
+    c0, c1, c2, c3 = _increment(state[0], state[1], state[2], state[3])
+    state[0], state[1], state[2], state[3] = c0, c1, c2, c3
+    block = _philox(c0, c1, c2, c3, state[_KEY], state[_KEY + 1])
+    for word in range(4):
+        state[_BUFFER + word] = block[word]
     state[_POSITION] = 0
+
+
+@njit(cache=True)
+def fill_raw(state, out, count):
+    """out[:count] = the next `count` raw outputs (numpy's `random_raw(count)`): the buffer's
+    rest, then whole blocks with the counter held in registers (a call per output took 1.7
+    times as long), then a last block's first outputs, its rest left in the buffer."""
+    index = 0
+    while state[_POSITION] < 4 and index < count:
+        out[index] = state[_BUFFER + state[_POSITION]]
+        state[_POSITION] += _ONE
+        index += 1
+    if count - index >= 4:
+        c0, c1, c2, c3 = state[0], state[1], state[2], state[3]
+        k0, k1 = state[_KEY], state[_KEY + 1]
+        while count - index >= 4:
+            c0, c1, c2, c3 = _increment(c0, c1, c2, c3)
+            out[index], out[index + 1], out[index + 2], out[index + 3] = _philox(c0, c1, c2, c3, k0, k1)
+            index += 4
+        state[0], state[1], state[2], state[3] = c0, c1, c2, c3
+        for word in range(4):  # the last block, spent (as numpy's buffer after it)
+            state[_BUFFER + word] = out[index - 4 + word]
+    while index < count:
+        out[index] = next_uint64(state)
+        index += 1
 
 
 @njit(cache=True)
@@ -249,8 +291,6 @@ def normals_on_tape(tape, state, out):
 
 # --- the rounds -------------------------------------------------------------------------
 
-_BYTE_MASK = np.uint64(0xFF)
-
 
 @njit(cache=True)
 def _block_sum(values, first, count):
@@ -326,42 +366,94 @@ def _gradients(query, data, column, users, out, norms):
 
 
 @njit(cache=True)
-def _rounded_chunk(query, data, column, users, state, scale_bound, bound, top, scaled, norms, ties, rounded):
+def _clip_factors(query, data, column, users, scale_bound, bound, factors):
+    """cjmp._shift_and_scale's per-user factor (g/Δ·256)·Δ₂/max(‖θ − x‖, Δ₂) of a chunk of
+    users (data columns [column, column + users)) into `factors`, the norms summed coordinate
+    by coordinate (numerics.column_norms); False if a gradient is not finite (Shard._compute
+    raises on it). Loops run over a row's users, without branches, which the compiler
+    vectorizes (indexing the 2-d data in the loop, or an early return, made them 3-4 times slower)."""
+    dim = query.size
+    factors[:users] = 0.0
+    for coordinate in range(dim):
+        centre, row = query[coordinate], data[coordinate, column: column + users]
+        for user in range(users):
+            gradient = centre - row[user]
+            factors[user] += gradient * gradient
+    overflow = False  # an infinite or NaN gradient, or a finite one whose square overflows
+    for user in range(users):
+        overflow |= not np.isfinite(factors[user])
+        factors[user] = scale_bound / max(np.sqrt(factors[user]), bound)
+    if overflow:
+        for coordinate in range(dim):
+            for user in range(users):
+                if not np.isfinite(query[coordinate] - data[coordinate, column + user]):
+                    return False
+    return True
+
+
+@njit(cache=True)
+def _scaled(centre, value, factor, scale_bound, top):
+    """One user-coordinate's 256·s: its gradient clipped and scaled, shifted, clamped to [0, top]
+    (cjmp._shift_and_scale's multiply, add and clip, rounded as numpy rounds them)."""
+    return min(max((centre - value) * factor + scale_bound, 0.0), top)
+
+
+_ONES_BYTES = np.uint64(0x0101010101010101)
+_HIGH_BITS = np.uint64(0x8080808080808080)
+
+
+@njit(cache=True)
+def _note_ties(lows, size, ties):
+    """The indices below `size` whose byte in `lows` (uint64 words read as little-endian bytes)
+    is 255, in order, into `ties`; returns how many. Eight bytes a test: a word holds a 255
+    exactly when its complement holds a zero byte, (v − 0x01…01) & ~v & 0x80…80 ≠ 0."""
+    count = 0
+    for word in range(lows.size):
+        complement = ~lows[word]
+        if (complement - _ONES_BYTES) & ~complement & _HIGH_BITS:
+            for byte in range(8):
+                index = 8 * word + byte
+                if index < size and (lows[word] >> np.uint64(8 * byte)) & _LAYER == _LAYER:
+                    ties[count] = index
+                    count += 1
+    return count
+
+
+@njit(cache=True)
+def _rounded_chunk(query, data, column, users, state, scale_bound, bound, top, factors, raws, lows, ties, rounded):
     """cjmp._rounded_sum of one chunk of users (data columns [column, column + users)), added
     to `rounded`; False if a gradient is not finite.
 
-    The gradients (_gradients); the clip-and-scale factor, shift and clamp of
-    cjmp._shift_and_scale; the fixed point T + U with one random byte U per coordinate, bytes
-    in (coordinate, user) order from ⌈size/8⌉ raw outputs; then one uniform per tie, in that order.
+    The clip-and-scale factors (_clip_factors); the fixed point T + U with one random byte U
+    per coordinate, bytes in (coordinate, user) order from ⌈size/8⌉ raw outputs (fill_raw,
+    read as little-endian bytes as numpy's `view(np.uint8)`); the low bytes of T + U kept to
+    find the ties after the loop (noting them inside it kept the loop from being vectorized:
+    twice as slow); then one uniform per tie, in order.
     """
     dim = query.size
-    if not _gradients(query, data, column, users, scaled, norms):
+    if not _clip_factors(query, data, column, users, scale_bound, bound, factors):
         return False
-    for user in range(users):
-        factor = scale_bound / max(norms[user], bound)
-        for coordinate in range(dim):
-            value = scaled[coordinate * users + user] * factor + scale_bound
-            scaled[coordinate * users + user] = min(max(value, 0.0), top)
-    tie_count = 0
-    raw = np.uint64(0)
-    index = 0  # coordinate·users + user, in this order (no division a coordinate)
+    size = dim * users
+    words = (size + 7) // 8
+    fill_raw(state, raws, words)
+    random_bytes, low_bytes = raws.view(np.uint8), lows.view(np.uint8)
+    lows[words - 1] = 0  # its bytes past `size` must not read as ties
     for coordinate in range(dim):
+        centre, row = query[coordinate], data[coordinate, column: column + users]
+        first = coordinate * users
+        row_bytes, row_lows = random_bytes[first: first + users], low_bytes[first: first + users]
         whole = 0
-        for _ in range(users):
-            byte = index % 8
-            if byte == 0:
-                raw = next_uint64(state)
-            fixed = np.uint64(np.uint32(scaled[index])) + ((raw >> np.uint64(8 * byte)) & _BYTE_MASK)
-            if fixed & _BYTE_MASK == _BYTE_MASK:
-                ties[tie_count] = index
-                tie_count += 1
-            whole += np.int64(fixed >> np.uint64(8))
-            index += 1
+        for user in range(users):
+            fixed = np.uint32(_scaled(centre, row[user], factors[user], scale_bound, top)) + np.uint32(row_bytes[user])
+            row_lows[user] = np.uint8(fixed & 0xFF)
+            whole += np.int64(fixed >> 8)
         rounded[coordinate] += whole
-    for tie in range(tie_count):
-        value = scaled[ties[tie]]
+    for tie in range(_note_ties(lows[:words], size, ties)):
+        coordinate = ties[tie] // users
+        user = ties[tie] - coordinate * users
+        value = _scaled(query[coordinate], data[coordinate, column + user], factors[user], scale_bound, top)
         if next_double(state) >= 1.0 - (value - np.floor(value)):
-            rounded[ties[tie] // users] += 1
+            rounded[coordinate] += 1
     return True
 
 
@@ -511,6 +603,37 @@ def _segment(user, stop_user, block_size, round_index, key, counter, state):
     return min(stop_user, (block + 1) * block_size)
 
 
+@njit(cache=True, nogil=True)
+def blocks_pvec(query, data, starts, stops, blocks, round_index, key, counter, state, chunk, scale_bound, bound, top,
+                b_noise, p, counts):
+    """One fully interactive round's P_vec encoding of a shard's blocks (Shard.partial_counts,
+    cjmp.encode_block): block k's users are data columns [starts[k], stops[k]), encoded chunk
+    by chunk from the stream (ROUND_STREAM, round, blocks[k]) (`counter`: that stream's first
+    counter, any round and block), then their noise, one Binomial(users·b_noise, p) draw per
+    coordinate (the caller checks that the trials fit one draw).
+
+    Returns:
+      False if a gradient is not finite, else True with counts[k] = block k's ones.
+    """
+    dim = query.size
+    factors = np.empty(chunk)
+    raws, lows = np.empty(-(-dim * chunk // 8), np.uint64), np.empty(-(-dim * chunk // 8), np.uint64)
+    ties = np.empty(dim * chunk, np.int64)
+    rounded = np.zeros(dim, np.int64)
+    for index in range(blocks.size):
+        counter[0], counter[2], counter[3] = 0, round_index, blocks[index]
+        rekey(state, key, counter)
+        rounded[:] = 0
+        for low in range(starts[index], stops[index], chunk):
+            if not _rounded_chunk(query, data, low, min(chunk, stops[index] - low), state, scale_bound, bound, top,
+                                  factors, raws, lows, ties, rounded):
+                return False
+        trials = (stops[index] - starts[index]) * b_noise
+        for coordinate in range(dim):
+            counts[index, coordinate] = rounded[coordinate] + binomial(state, trials, p)
+    return True
+
+
 @njit(cache=True, nogil=True)  # nogil: the next block's users are drawn meanwhile (fused.FusedRounds)
 def rounds_pvec(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count,
                 first_user, batch, block_size, chunk, scale_bound, bound, top, b_noise, p, whole, fraction,
@@ -529,8 +652,8 @@ def rounds_pvec(theta, other, steps, data, data_first, key, counter, noise_count
       How many rounds ran: `count`, or the first round with a non-finite value.
     """
     dim = theta.size
-    scaled = np.empty(dim * chunk)
-    norms = np.empty(chunk)
+    factors = np.empty(chunk)
+    raws, lows = np.empty(-(-dim * chunk // 8), np.uint64), np.empty(-(-dim * chunk // 8), np.uint64)
     ties = np.empty(dim * chunk, np.int64)
     rounded = np.zeros(dim, np.int64)
     ones = np.zeros(dim, np.int64)
@@ -549,7 +672,7 @@ def rounds_pvec(theta, other, steps, data, data_first, key, counter, noise_count
                 users = min(chunk, segment_stop - low)
                 rounded[:] = 0
                 if not _rounded_chunk(query, data, low - data_first, users, state, scale_bound, bound, top,
-                                      scaled, norms, ties, rounded):
+                                      factors, raws, lows, ties, rounded):
                     return done
                 ones += rounded
             for coordinate in range(dim):
