@@ -102,6 +102,24 @@ def test_philox_uniforms_and_binomials_are_numpys_draw_for_draw(start):
     assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("taken", [0, 1, 3, 4])
+@pytest.mark.parametrize("count", [0, 1, 3, 4, 5, 8, 9, 1001])
+@pytest.mark.parametrize("start", [counter(1, 0, 0), np.array([2**64 - 2, 2**64 - 1, 7, 0], np.uint64)])
+def test_fill_raw_is_numpys_random_raw_from_any_buffer_position(taken, count, start):
+    """After `taken` single draws (the buffer part spent), `count` raw outputs in bulk, then single
+    draws again: numpy's raw outputs, in order, also when the counter carries across words."""
+    key = run_key(4)
+    state = np.zeros(philox.STATE_WORDS, np.uint64)
+    philox.rekey(state, key, start.copy())
+    got = [philox.next_uint64(state) for _ in range(taken)]
+    bulk = np.zeros(count + 2, np.uint64)
+    philox.fill_raw(state, bulk, count)
+    got += [*bulk[:count], philox.next_uint64(state), philox.next_uint64(state)]
+    want = np.random.Philox(key=key, counter=start).random_raw(taken + count + 2)
+    assert np.array_equal(np.array(got, np.uint64), want)
+    assert not bulk[count:].any()  # nothing past `count` written
+
+
 @pytest.mark.parametrize("kind", [3, 4])
 def test_standard_normals_are_numpys_in_every_branch_of_the_ziggurat(kind):
     """2·10⁵ normals, numpy's and ours from one stream (standard_normal, or standard_normals

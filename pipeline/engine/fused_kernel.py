@@ -437,7 +437,6 @@ def _rounded_chunk(query, data, column, users, state, scale_bound, bound, top, f
     words = (size + 7) // 8
     fill_raw(state, raws, words)
     random_bytes, low_bytes = raws.view(np.uint8), lows.view(np.uint8)
-    lows[words - 1] = 0  # its bytes past `size` must not read as ties
     for coordinate in range(dim):
         centre, row = query[coordinate], data[coordinate, column: column + users]
         first = coordinate * users

@@ -93,6 +93,7 @@ class Shard:
 
         self._drawn: tuple[int, np.ndarray] | None = None  # (block, its users' data): the block drawn last
         self._fused = None  # the compiled rounds (False: none for this job), built at the first carried rounds
+        self._interactive = None  # the compiled fully interactive P_vec (False: none), built at the first round
 
     def users(self) -> int:
         """How many users this shard holds (also a readiness probe for actors)."""
@@ -213,7 +214,9 @@ class Shard:
             yield block, slice(max(first, block_first) - self.first_user, min(stop, block_stop) - self.first_user)
 
     def partial_counts(self, plan: RoundPlan, params: Any, theta: np.ndarray) -> Any:
-        """Exact mode: this shard's users' share of the round's statistic.
+        """Exact mode: this shard's users' share of the round's statistic, compiled
+        (pipeline.engine.fused.InteractivePvec) when the kernel reproduces the round, else
+        `python_partial_counts`.
 
         Blocks are merged here, so nothing finer than a shard's total leaves it.
 
@@ -225,6 +228,16 @@ class Shard:
         Returns:
           The shard's partial, or None if none of its users is in the round.
         """
+        if self._interactive is None:
+            from pipeline.engine.fused import interactive_pvec  # it builds on this module
+
+            self._interactive = interactive_pvec(self) or False
+        encoding = self._interactive.encoding(plan, params, theta, self.job.protocol) if self._interactive else None
+        partial = None if encoding is None else self._interactive.partial(plan, params, theta, encoding)
+        return self.python_partial_counts(plan, params, theta) if partial is None else partial
+
+    def python_partial_counts(self, plan: RoundPlan, params: Any, theta: np.ndarray) -> Any:
+        """partial_counts in Python, numpy call by numpy call: the reference of the compiled one."""
         parts = [
             self.job.protocol.encode_block(
                 params, self._input_chunks(plan, theta, users, block),
@@ -302,7 +315,7 @@ class Shard:
         """run_rounds in Python, numpy call by numpy call: the reference of the fused rounds."""
         def collect(plan, params, theta):
             protocol = self.job.protocol
-            return protocol.finish(params, self.partial_counts(plan, params, theta),
+            return protocol.finish(params, self.python_partial_counts(plan, params, theta),
                                    self.streams(NOISE_STREAM, plan.round))
 
         return execute_rounds(self.job, state, start, stop, collect)
