@@ -10,13 +10,16 @@ DIM = 10
 
 
 def _one_round(n_users: int):
-    """A one-shard pool of a fully interactive job (planned by the runner), and a function running one round."""
+    """A one-shard pool of a fully interactive job (planned by the runner), and functions running one
+    round: through the pool (compiled, pipeline.engine.fused.InteractivePvec) and the shard's Python path."""
     job = planned_run(full_gd_tree(n_users, DIM, rounds=1)).job
     pool = LocalPool(job, 1)
     plan = job.schedule.plan(0)
     params = job.protocol.plan(plan, DIM)
     theta = np.full(DIM, 0.1)
-    return job, lambda: pool.collect(plan, params, theta), params, theta
+    (shard,) = pool.shards
+    return (job, lambda: pool.collect(plan, params, theta), lambda: shard.python_partial_counts(plan, params, theta),
+            params, theta)
 
 
 def _naive_round(data: np.ndarray, params, theta: np.ndarray, rng: np.random.Generator) -> None:
@@ -43,7 +46,7 @@ def run(size: str = "quick") -> dict[str, float]:
       name → value.
     """
     n_users = sized(size, 20_000, 2_000_000, 10_000_000)
-    job, one_round, params, theta = _one_round(n_users)
+    job, one_round, python_round, params, theta = _one_round(n_users)
     uniforms = np.empty(1 << 15)
     chunks = max(1, n_users * DIM // uniforms.size)
     rng = np.random.default_rng(0)
@@ -54,7 +57,7 @@ def run(size: str = "quick") -> dict[str, float]:
 
     naive_users = sized(size, 200, 5_000, 5_000)
     data = job.problem.sample(np.random.default_rng(1), naive_users)
-    times = best_times({"round": one_round, "rng": rng_ceiling,
+    times = best_times({"round": one_round, "python": python_round, "rng": rng_ceiling,
                         "naive": lambda: _naive_round(data, params, theta, rng)},
                        repeats=sized(size, 1, 5, 5))
     per_round_uc = n_users * DIM / times["round"]
@@ -65,4 +68,5 @@ def run(size: str = "quick") -> dict[str, float]:
         "rng_uniforms_per_s": per_rng_uc,
         "round_vs_rng_ceiling": per_round_uc / per_rng_uc,
         "round_vs_naive": per_round_uc / per_naive_uc,
+        "round_vs_python_path": times["python"] / times["round"],
     }
