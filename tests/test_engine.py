@@ -107,13 +107,14 @@ def test_different_seeds_give_different_runs():
 
 class _CountingPool(LocalPool):
     """Counts, per user, how many rounds read that user's data (on the Python path: the fused
-    rounds are its twin, checked round by round in tests/test_fused.py)."""
+    rounds are its twin, checked round by round in tests/test_fused.py and
+    tests/test_fused_interactive.py)."""
 
     def __init__(self, job, shards):
         super().__init__(job, shards)
         self.uses = np.zeros(job.n_users, dtype=int)
         for shard in self.shards:
-            shard._fused = False
+            shard._fused = shard._interactive = False
             original = shard._input_chunks
 
             def spy(plan, theta, users, block, original=original, offset=shard.first_user):

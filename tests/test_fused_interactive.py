@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from pipeline import cli, config, runner
-from pipeline.engine import fused
+from pipeline.engine import fused_interactive as fused
 from pipeline.engine import fused_kernel as kernel
 from pipeline.engine.shard import Shard, chunk_users
 from pipeline.errors import NonFiniteError

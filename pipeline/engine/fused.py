@@ -31,13 +31,11 @@ from pipeline.engine.rounds import RoundRecords
 from pipeline.engine.shard import chunk_users, drawn_per_block
 from pipeline.errors import NonFiniteError
 from pipeline.optimizers.averaged import AveragedProjectedDescent
-from pipeline.optimizers.base import RoundGroup, RoundPlan
+from pipeline.optimizers.base import RoundGroup
 from pipeline.optimizers.phased import SeqPhased
 from pipeline.optimizers.seq_agd import SeqAGD
 from pipeline.problems.quadratic import Quadratic
 from pipeline.protocols.base import GRADIENTS
-from pipeline.protocols.cjmp import PartialCounts
-from pipeline.protocols.sampling import split_mean
 
 # What a group must leave at its defaults to be fused: every user of a contiguous batch
 # sends one gradient, with no sampling, dropouts, records or smoothing.
@@ -233,70 +231,6 @@ class FusedRounds:
                 self._shard.python_rounds(state, round_index, round_index + 1)
                 raise NonFiniteError(f"round {round_index}: a non-finite value that the Python round did not find")
         return state, records
-
-
-class InteractivePvec:
-    """A shard's compiled fully interactive rounds with P_vec: each round's share of the
-    statistic from its held users, one kernel call (fused_kernel.blocks_pvec), the twin of
-    Shard.python_partial_counts (cjmp.encode_block over Quadratic gradients), bit for bit.
-
-    Args:
-      shard: a Shard holding its users' single records of the quadratic problem (`interactive_pvec`).
-    """
-
-    def __init__(self, shard):
-        from pipeline.engine import fused_kernel
-
-        self._kernel = fused_kernel
-        self._shard = shard
-        self._key = run_key(shard.job.seed)
-        self._counter = counter(ROUND_STREAM, 0, 0)  # rewritten by the kernel for every block
-        self._state = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
-
-    @staticmethod
-    def encoding(plan: RoundPlan, params: Any, theta: np.ndarray, protocol: Any) -> Any | None:
-        """The call's P_vec constants when the kernel reproduces this round, else None: every
-        user of the population sends the gradient at one query point, unsmoothed, with P_vec."""
-        if plan.sampling != "all" or plan.smoothing != 0.0 or plan.inputs != GRADIENTS or theta.ndim != 1:
-            return None
-        encoding = protocol.fused_encoding(params)
-        return encoding if encoding is not None and encoding.kernel == "rounds_pvec" else None
-
-    def partial(self, plan: RoundPlan, params: Any, theta: np.ndarray, encoding: Any) -> Any | None:
-        """The shard's partial of the round, as Shard.python_partial_counts; None if a gradient is
-        not finite (the Python path then says which) or no user of the round is here.
-
-        Args:
-          plan, params, theta: the round, its protocol call and its query point.
-          encoding: `encoding(...)` of them.
-        """
-        shard = self._shard
-        slices = list(shard._block_slices(plan))
-        if not slices:
-            return None
-        blocks = np.array([block for block, _ in slices], np.int64)
-        starts = np.array([users.start for _, users in slices], np.int64)
-        stops = np.array([users.stop for _, users in slices], np.int64)
-        counts = np.empty((blocks.size, theta.size), np.int64)
-        if not self._kernel.blocks_pvec(np.ascontiguousarray(theta, np.float64), shard.data, starts, stops, blocks,
-                                        plan.round, self._key, self._counter, self._state, chunk_users(theta.size),
-                                        encoding.scale_bound, encoding.bound, encoding.top, encoding.b_noise,
-                                        encoding.p, counts):
-            return None
-        parts = []
-        for users, ones in zip((stops - starts).tolist(), counts):
-            whole, _ = split_mean(users * encoding.b_noise, encoding.p)  # sampling.binomial_above_floor's one draw
-            parts.append(PartialCounts(users, ones - whole, whole))
-        return shard.job.protocol.merge(parts)
-
-
-def interactive_pvec(shard) -> InteractivePvec | None:
-    """The shard's compiled fully interactive P_vec rounds, or None when its users are not
-    held single records of exactly the quadratic problem in exact mode (then every round
-    keeps the Python path; a round the kernel does not reproduce keeps it too)."""
-    job = shard.job
-    held = shard.data is not None and shard.offsets is None
-    return InteractivePvec(shard) if held and type(job.problem) is Quadratic and job.simulation == "exact" else None
 
 
 def fused_rounds(shard) -> FusedRounds | None:

@@ -215,7 +215,7 @@ class Shard:
 
     def partial_counts(self, plan: RoundPlan, params: Any, theta: np.ndarray) -> Any:
         """Exact mode: this shard's users' share of the round's statistic, compiled
-        (pipeline.engine.fused.InteractivePvec) when the kernel reproduces the round, else
+        (pipeline.engine.fused_interactive) when the kernel reproduces the round, else
         `python_partial_counts`.
 
         Blocks are merged here, so nothing finer than a shard's total leaves it.
@@ -229,7 +229,7 @@ class Shard:
           The shard's partial, or None if none of its users is in the round.
         """
         if self._interactive is None:
-            from pipeline.engine.fused import interactive_pvec  # it builds on this module
+            from pipeline.engine.fused_interactive import interactive_pvec  # it builds on this module
 
             self._interactive = interactive_pvec(self) or False
         encoding = self._interactive.encoding(plan, params, theta, self.job.protocol) if self._interactive else None

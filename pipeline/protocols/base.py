@@ -324,12 +324,13 @@ class Protocol(abc.ABC):
         return None
 
     def fused_encoding(self, params: Any) -> tuple | None:
-        """The constants of a call's compiled twin (pipeline.engine.fused), or None: the
-        engine runs the call in Python. P_vec in exact mode and the sum protocols `none`,
-        `central_gaussian` and `shuffle_gaussian` have one: a NamedTuple whose `kernel` names
-        the pipeline.engine.fused_kernel function that twins the call and whose fields are
-        that function's protocol constants. A protocol that returns one promises that the
-        twin reproduces its encode_block, finish, decode and released_count bit for bit."""
+        """The constants of a call's compiled twin (pipeline.engine.fused; for P_vec's fully
+        interactive rounds, pipeline.engine.fused_interactive), or None: the engine runs the
+        call in Python. P_vec in exact mode and the sum protocols `none`, `central_gaussian`,
+        `shuffle_gaussian` and `local_l2` have one: a NamedTuple whose `kernel` names the
+        pipeline.engine.fused_kernel function that twins the call and whose fields are that
+        function's protocol constants. A protocol that returns one promises that the twin
+        reproduces its encode_block, finish, decode and released_count bit for bit."""
         return None
 
     def check_call(self, params: Any, literal: bool) -> None:

@@ -514,6 +514,12 @@ class FusedEncoding(NamedTuple):
     shift: float
     kernel = "rounds_pvec"  # not a field: the fused_kernel function that twins the call
 
+    def block_partial(self, users: int, ones: np.ndarray) -> PartialCounts:
+        """A block's partial from its users' rounded sum plus one Binomial(users·b_noise, p)
+        draw per coordinate, `ones` (encode_block's, when binomial_above_floor takes one draw)."""
+        whole, _ = split_mean(users * self.b_noise, self.p)
+        return PartialCounts(users, ones - whole, whole)
+
 
 # What the compiled twin reproduces: a subclass overriding one of these keeps the Python path.
 _TWINNED = ("plan", "planned", "encode_block", "finish", "decode", "released_count")
