@@ -176,9 +176,11 @@ def test_ties_are_found_in_order_and_only_below_the_size():
 
 @pytest.mark.parametrize("backend", ["local", "ray"])
 def test_a_run_through_the_cli_writes_the_python_rounds_losses(tmp_path, new_mlflow_store, monkeypatch, backend,
-                                                                ray_session):
+                                                                request):
     """`python -m pipeline run` of full_gd (P_vec, 2 shards, compiled) writes, bit for bit, the
     losses of the same run on the Python path (local, where no shard finds a compiled twin)."""
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
     tree = _tree(n_users=30_000, dim=10, block_size=4096, shards=2)
     tree["optimizer"]["rounds"] = 4
 
