@@ -269,24 +269,29 @@ _normal_on_tape = _ziggurat(_next_on_tape)
 
 
 @njit(cache=True, nogil=True)  # nogil: the next block's users are drawn while the kernel runs
-def normals_on_tape(tape, state, out):
-    """Fills `out` with a stream's standard normals, as numpy's `standard_normal(out.size)`
-    draws them, from its first raw outputs `tape` (numpy's `random_raw`, whose C Philox is
-    faster than this file's) and, past the tape (the ziggurat's rejections take more raw
-    outputs than normals), from `state`, the same stream positioned after the tape."""
+def normals(state, out, tape):
+    """Fills `out` with the standard normals that numpy's `standard_normal(out.size)` draws from
+    the generator `state`, and leaves `state` after them. Raw outputs are drawn a tape at a time
+    in bulk (fill_raw into `tape`, a scratch buffer), never more than the normals still wanted
+    (each takes at least one), so none is drawn that numpy would not draw; the box's test runs
+    inline, and a rejection's further raw outputs come from the tape, then past it from `state`."""
     cursor = np.zeros(1, np.int64)
-    source = (tape, cursor, state)
-    used = 0
-    for index in range(out.size):
-        if used < tape.size:  # the box's test inline (as standard_normals)
-            inside, x = _box(tape[used])
+    done = 0
+    while done < out.size:
+        size = min(tape.size, out.size - done)
+        fill_raw(state, tape, size)
+        drawn = tape[:size]
+        used = 0
+        while used < size:
+            inside, x = _box(drawn[used])
             if inside:
-                out[index] = x
+                out[done] = x
                 used += 1
-                continue
-        cursor[0] = used  # the whole ziggurat, from this raw output on
-        out[index] = _normal_on_tape(source)
-        used = cursor[0]
+            else:
+                cursor[0] = used  # the whole ziggurat, from this raw output on
+                out[done] = _normal_on_tape((drawn, cursor, state))
+                used = cursor[0]
+            done += 1
 
 
 # --- the rounds -------------------------------------------------------------------------
