@@ -29,12 +29,13 @@ from pipeline.protocols.cjmp import CjmpVec
 
 def _tree(n_users: int, dim: int, block_size: int, batch_size: int | None = None, accounting: str = "tight",
           seed: int = 0, name: str = "seq_sgd", protocol: str | None = None, epsilon: float = 1.0,
-          **optimizer) -> dict:
+          levels: int | None = None, messages: int | None = None, **optimizer) -> dict:
+    options = {key: value for key, value in (("levels", levels), ("messages", messages)) if value}
     return {"experiment": "fused", "problem": {"name": "quadratic", "dim": dim, "radius": 1.0},
             "n_users": n_users,
             "optimizer": {"name": name, **({"batch_size": batch_size} if batch_size else {}), **optimizer},
             "privacy": {"epsilon": epsilon, "delta": 1e-6, "accounting": accounting,
-                        **({"protocol": protocol} if protocol else {})}, "seeds": [seed],
+                        **({"protocol": protocol} if protocol else {}), **options}, "seeds": [seed],
             "execution": {"backend": "local", "shards": 1, "block_size": block_size}}
 
 
@@ -62,7 +63,8 @@ def _rounds(job, start: int, fused_path: bool):
 @njit
 def _draws(state, key, start, kinds, trials, probabilities):
     """Draws of each kind in order: 0 a raw output, 1 a uniform double, 2 a binomial, 3 a
-    standard normal, 4 a standard normal of standard_normals."""
+    standard normal, 4 a standard normal of standard_normals, 5 a 32-bit draw, 6 a bounded
+    integer below trials[index]."""
     philox.rekey(state, key, start)
     out = np.empty(kinds.size)
     one = np.empty(1)
@@ -76,6 +78,10 @@ def _draws(state, key, start, kinds, trials, probabilities):
         elif kinds[index] == 4:
             philox.standard_normals(state, one, 1)
             out[index] = one[0]
+        elif kinds[index] == 5:
+            out[index] = np.float64(philox.next_uint32(state))
+        elif kinds[index] == 6:
+            out[index] = np.float64(philox.bounded(state, trials[index]))
         else:
             out[index] = philox.binomial(state, trials[index], probabilities[index])
     return out
@@ -100,6 +106,29 @@ def test_philox_uniforms_and_binomials_are_numpys_draw_for_draw(start):
             else reference.standard_normal() if kind >= 3 else float(reference.binomial(n, p))
             for kind, n, p in zip(kinds, trials, probabilities)]
     assert np.array_equal(got, want)
+
+
+# Bounds of Generator.integers(0, bound): no draw (1), powers of two, Lemire's rejection
+# likely (just above 2³¹) and the largest 32-bit one.
+BOUNDS = [1, 2, 3, 10, 16, 1000, 2**31 + 1, 3 * 2**30, 2**32 - 1]
+
+
+def test_32_bit_draws_and_bounded_integers_are_numpys_interleaved_with_the_others():
+    """numpy's integers below 2³² take the low half of a raw output, then its high half at the
+    next 32-bit draw, whatever 64-bit draws come between: both sides keep the half waiting."""
+    key, start = run_key(12), counter(2, 5, 1)
+    pick = np.random.default_rng(2)
+    kinds = pick.choice([0, 1, 5, 6, 6, 6], size=2000)
+    bounds = np.array(BOUNDS, np.int64)[pick.integers(len(BOUNDS), size=2000)]
+    got = _draws(np.zeros(philox.STATE_WORDS, np.uint64), key, start.copy(), kinds, bounds, np.zeros(2000))
+    reference = np.random.Generator(np.random.Philox(key=key, counter=start))
+    want = [float(reference.bit_generator.random_raw() >> 11) if kind == 0 else reference.random() if kind == 1
+            else float(reference.integers(0, 2**32)) if kind == 5 else float(reference.integers(0, bound))
+            for kind, bound in zip(kinds, bounds)]
+    assert np.array_equal(got, want)
+    rejected = np.random.Generator(np.random.Philox(key=key, counter=start))
+    rejected.integers(0, 2**31 + 1, size=1000)  # about half of the 32-bit draws are rejected
+    assert rejected.bit_generator.state["state"]["counter"][0] > 1000 // 8 * 1.5
 
 
 @pytest.mark.parametrize("taken", [0, 1, 3, 4])
@@ -158,9 +187,7 @@ def test_compiled_normals_are_numpys_on_the_tape_and_past_it(count, tape):
     key = (5, count)
     reference = stream(0, *key)
     want = reference.standard_normal(count)
-    generator = stream(0, *key)
-    now = generator.bit_generator.state
-    state = np.array([*now["state"]["counter"], *now["state"]["key"], *now["buffer"], now["buffer_pos"]], np.uint64)
+    state = fused.state_words(stream(0, *key))
     got = np.empty(count)
     philox.normals(state, got, np.empty(tape, np.uint64))
     assert np.array_equal(got, want)
@@ -225,6 +252,16 @@ CASES = {
     "seq_phased, phases of a few rounds, central_gaussian": dict(n_users=3_000, dim=3, block_size=256,
                                                                  name="seq_phased", protocol="central_gaussian",
                                                                  seed=7),
+    # Girgis: d = 10 with s = 10 (a = 1, no index drawn), s = 3 (a = 4, padding to 12), the
+    # rotation to d_pad = 16 with s = 10 (a = 2, padding to 20), several bit planes, d = 1.
+    "girgis_linf": dict(n_users=6_000, dim=10, block_size=1000, protocol="girgis_linf", accounting="paper"),
+    "girgis_linf, 3 messages, 3 levels, straddling blocks": dict(n_users=3_000, dim=10, block_size=100,
+                                                                 protocol="girgis_linf", messages=3, levels=3, seed=9),
+    "girgis_l2": dict(n_users=6_000, dim=10, block_size=1000, protocol="girgis_l2", accounting="paper", seed=2),
+    "girgis_l2, 4 levels, seq_agd": dict(n_users=6_000, dim=5, block_size=512, protocol="girgis_l2", levels=4,
+                                         name="seq_agd", accounting="paper", seed=3),
+    "girgis_l2, d = 1, one-user segments": dict(n_users=1_500, dim=1, block_size=64, batch_size=21,
+                                                protocol="girgis_l2", levels=2, accounting="paper", seed=4),
     "pan_agd (central_gaussian, fixed noise)": dict(n_users=20_000, dim=10, block_size=1000, name="pan_agd",
                                                     protocol="central_gaussian", epsilon=0.5, accounting="paper"),
 }
@@ -252,6 +289,30 @@ def _assert_same_state(fused_state, python_state, where: str = "state") -> None:
             _assert_same_state(fused_value, python_value, f"{where}.{field}")
     else:
         assert np.array_equal(fused_state, python_state), where
+
+
+@pytest.mark.parametrize("kind, dim, messages, levels, users", [
+    ("linf", 10, 3, 3, 40), ("l2", 10, 10, 1, 40), ("l2", 5, 5, 4, 1), ("linf", 7, 2, 2, 300), ("l2", 3, 2, 2, 17)])
+def test_a_girgis_chunk_gives_encode_blocks_histograms(kind, dim, messages, levels, users):
+    """The compiled chunk's histograms are girgis.encode_block's, padding indices included
+    (which the estimate drops, so the rounds alone would not see them), for inputs in and
+    outside the ball."""
+    from pipeline.protocols import build_protocol, girgis
+    from pipeline.protocols.multi_message import GirgisCall
+
+    params = girgis.plan_girgis(kind, users, dim, 1.0, 2.0, levels=levels, messages=messages, rotation_seed=3)
+    inputs = np.random.default_rng(users).standard_normal((dim, users)) * 0.8
+    want = girgis.encode_block(params, inputs, stream(0, 2, users, 1))
+    encoding = build_protocol(f"girgis_{kind}", "paper").fused_encoding(GirgisCall(params, users, users, "all", 0.0))
+    rows = max(encoding.coded, dim)
+    work = (np.empty(dim * users), np.empty(users), np.empty(rows * users), np.empty(rows * users),
+            np.empty(messages * users, np.int64))
+    got = np.zeros_like(want)
+    assert philox._girgis_chunk(np.zeros(dim), -inputs, 0, users, fused.state_words(stream(0, 2, users, 1)),
+                                encoding.rotate, encoding.coded, encoding.width, encoding.levels, encoding.messages,
+                                encoding.ball, encoding.clip_radius, encoding.flips, encoding.signs, work, got)
+    assert params.padded_dim > params.coded_dim or kind == "l2"
+    assert np.array_equal(got, want)
 
 
 @pytest.mark.parametrize("case", ["projection active", "seq_agd, projection active"])
@@ -341,7 +402,7 @@ def test_a_subclass_keeps_the_python_path(what):
     {"optimizer": {"name": "seq_agd_smoothed"}},
     {"execution": {"backend": "local", "shards": 1, "block_size": 256, "simulation": "literal"}},
     {"problem": {"name": "logistic", "dim": 3}},
-    {"privacy": {"epsilon": 1.0, "delta": 1e-6, "protocol": "girgis_l2"}},
+    {"privacy": {"epsilon": 1.0, "delta": 1e-6, "protocol": "girgis_l1"}},
 ])
 def test_other_runs_keep_the_python_path(change):
     tree = _tree(n_users=2_000, dim=3, block_size=256)

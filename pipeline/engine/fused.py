@@ -131,11 +131,16 @@ def compiled_normals(generator: np.random.Generator, count: int, tape: int = TAP
     """
     from pipeline.engine import fused_kernel
 
-    now = generator.bit_generator.state  # as fused_kernel's state words
-    state = np.array([*now["state"]["counter"], *now["state"]["key"], *now["buffer"], now["buffer_pos"]], np.uint64)
     normals = np.empty(count)
-    fused_kernel.normals(state, normals, np.empty(max(1, min(tape, count)), np.uint64))
+    fused_kernel.normals(state_words(generator), normals, np.empty(max(1, min(tape, count)), np.uint64))
     return normals
+
+
+def state_words(generator: np.random.Generator) -> np.ndarray:
+    """A Philox generator's state as fused_kernel's STATE_WORDS uint64 words (a copy)."""
+    now = generator.bit_generator.state
+    return np.array([*now["state"]["counter"], *now["state"]["key"], *now["buffer"], now["buffer_pos"],
+                     now["has_uint32"], now["uinteger"]], np.uint64)
 
 
 class FusedRounds:

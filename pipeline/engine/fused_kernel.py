@@ -10,7 +10,8 @@ can never leave a cached kernel built from the old one.
 
 The generator's state is one uint64 array of STATE_WORDS words, as numpy's
 `philox_state`: the counter (4), the key (2), the buffer of the last block's four outputs
-(4) and the position in it (1). Philox: Salmon, Moraes, Dror & Shaw, "Parallel random
+(4), the position in it (1), and whether a raw output's upper half waits for the next
+32-bit draw (1) and that half (1). Philox: Salmon, Moraes, Dror & Shaw, "Parallel random
 numbers: as easy as 1, 2, 3" (SC 2011); numpy increments the counter before each block.
 """
 from __future__ import annotations
@@ -28,8 +29,8 @@ from numba.np.random.distributions import _binomial_btpe_squeeze
 
 # --- the generator ----------------------------------------------------------------------
 
-STATE_WORDS = 11
-_COUNTER, _KEY, _BUFFER, _POSITION = 0, 4, 6, 10
+STATE_WORDS = 13
+_COUNTER, _KEY, _BUFFER, _POSITION, _HAS_HALF, _HALF = 0, 4, 6, 10, 11, 12
 
 _M0 = np.uint64(0xD2E7470EE14C6C93)
 _M1 = np.uint64(0xCA5A826395121157)
@@ -145,6 +146,37 @@ def rekey(state, key, counter):
         state[_COUNTER + word] = counter[word]
     state[_KEY], state[_KEY + 1] = key[0], key[1]
     state[_POSITION] = 4
+    state[_HAS_HALF] = 0
+
+
+_LOW_HALF = np.uint64(0xFFFFFFFF)
+
+
+@njit(cache=True)
+def next_uint32(state):
+    """numpy's 32-bit draw of Philox: a raw output's low half, then at the next call its high half."""
+    if state[_HAS_HALF]:
+        state[_HAS_HALF] = 0
+        return state[_HALF]
+    raw = next_uint64(state)
+    state[_HAS_HALF], state[_HALF] = 1, raw >> np.uint64(32)
+    return raw & _LOW_HALF
+
+
+@njit(cache=True)
+def bounded(state, bound):
+    """One `Generator.integers(0, bound)` draw for 1 ≤ bound < 2³² (numpy's
+    buffered_bounded_lemire_uint32: Lemire's multiply and reject over 32-bit draws); a bound
+    of 1 draws nothing."""
+    if bound == 1:
+        return 0
+    excluded = np.uint64(bound)
+    product = next_uint32(state) * excluded
+    if product & _LOW_HALF < excluded:
+        threshold = (_LOW_HALF - (excluded - _ONE)) % excluded
+        while product & _LOW_HALF < threshold:
+            product = next_uint32(state) * excluded
+    return np.int64(product >> np.uint64(32))
 
 
 _btpe = make_binomial_btpe(next_double, _binomial_btpe_squeeze)
@@ -537,6 +569,97 @@ AVERAGED, ACSA = 0, 1
 
 
 @njit(cache=True)
+def _hadamard(values, spare, size, columns):
+    """girgis._fwht along the first axis of values (size × columns, row-major), in place: the
+    butterflies of each stage written to `spare` and back (the same sums and differences in
+    the same order as the numpy stages); returns the array holding the result."""
+    half = 1
+    while half < size:
+        for start in range(0, size, 2 * half):
+            for row in range(start, start + half):
+                for column in range(columns):
+                    upper, lower = values[row * columns + column], values[(row + half) * columns + column]
+                    spare[row * columns + column] = upper + lower
+                    spare[(row + half) * columns + column] = upper - lower
+        values, spare = spare, values
+        half *= 2
+    return values
+
+
+@njit(cache=True)
+def _girgis_chunk(query, data, column, users, state, rotate, coded, width, levels, messages, ball, clip_radius,
+                  flips, signs, work, hist):
+    """girgis.encode_block of one chunk of users (data columns [column, column + users)) for
+    linf, or l2 (`rotate`), into `hist` (levels × s·a × 2); False if a gradient is not finite.
+
+    The gradients and their norms (_gradients); the projection into the ball (linf: each
+    coordinate clipped to ±r; l2: scaled by r/max(‖g‖, r), then padded, signed by D, rotated
+    by H/√d_pad and clipped to ±r∞); z = (w + r)/(2r); then per level: the (s, users) indices
+    (`bounded`, one block of width a per message), the (s, users) uniforms, and each message's
+    bit (a plane of F or the rounding plane, 2RR) counted at its index.
+    """
+    dim = query.size
+    inputs, norms, units, spare, indices = work
+    if not _gradients(query, data, column, users, inputs, norms):
+        return False
+    if rotate:
+        units[: coded * users] = 0.0
+        for user in range(users):
+            factor = ball / max(norms[user], ball)
+            for coordinate in range(dim):
+                units[coordinate * users + user] = inputs[coordinate * users + user] * factor * signs[coordinate]
+        cube = _hadamard(units, spare, coded, users)
+        root, radius = np.sqrt(coded), clip_radius
+        for index in range(coded * users):
+            cube[index] = (min(max(cube[index] / root, -radius), radius) + radius) / (2.0 * radius)
+    else:
+        cube, radius = units, ball
+        for index in range(dim * users):
+            cube[index] = (min(max(inputs[index], -radius), radius) + radius) / (2.0 * radius)
+    scale = 2.0 ** (levels - 1)
+    for level in range(levels):
+        for index in range(messages * users):
+            indices[index] = (index // users) * width + bounded(state, width)
+        for index in range(messages * users):
+            picked = indices[index]
+            value = cube[picked * users + index % users] if picked < coded else 0.0  # zero padding
+            scaled = value * scale
+            floor = min(max(np.floor(scaled), 0.0), scale - 1.0)  # girgis._bit_planes
+            uniform, p = next_double(state), flips[level]
+            if level < levels - 1:
+                sent = ((np.int64(floor) >> (levels - 2 - level)) & 1 == 1) != (uniform < p)
+            else:
+                sent = uniform < p + (1.0 - 2.0 * p) * min(max(scaled - floor, 0.0), 1.0)
+            hist[level, picked, 0] += 1
+            if sent:
+                hist[level, picked, 1] += 1
+    return True
+
+
+@njit(cache=True)
+def _girgis_estimate(hist, users, rotate, dim, coded, width, levels, clip_radius, flips, weights, signs, sums, spare,
+                     estimate):
+    """girgis.decode of a round's histograms for linf or l2 (`rotate`) into `estimate`: per
+    level the debiased counts weight_k·a/(1 − 2p_k)·(ones − p_k·counts) summed into ẑ, then
+    2r∞·ẑ − r∞·n, and for l2 Uᵀ = D·H/√d_pad of it (its first d coordinates)."""
+    padded = hist.shape[1]
+    sums[:padded] = 0.0
+    for level in range(levels):
+        p = flips[level]
+        coefficient = weights[level] * width / (1.0 - 2.0 * p)
+        for index in range(padded):
+            sums[index] += coefficient * (np.float64(hist[level, index, 1]) - p * np.float64(hist[level, index, 0]))
+    for index in range(coded):
+        sums[index] = 2.0 * clip_radius * sums[index] - clip_radius * users
+    if rotate:
+        back, root = _hadamard(sums[:coded], spare[:coded], coded, 1), np.sqrt(coded)
+        for coordinate in range(dim):
+            estimate[coordinate] = back[coordinate] / root * signs[coordinate]
+    else:
+        estimate[:] = sums[:dim]
+
+
+@njit(cache=True)
 def _query(rule, alpha, theta, other, query):
     """The round's query: θ (AVERAGED); αθ + (1 − α)θ^ag (ACSA: SeqAGD.query)."""
     for coordinate in range(theta.size):
@@ -746,6 +869,51 @@ def rounds_sum(theta, other, steps, data, data_first, key, counter, noise_counte
             standard_normals(state, central, dim)
             for coordinate in range(dim):
                 estimate[coordinate] = estimate[coordinate] + sigma * central[coordinate]
+        if not _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, step, released, squares):
+            return done
+        excess[done] = _excess(released, optimum, squares)
+        population[done] = excess[done] + half_spread_squared
+    return count
+
+
+@njit(cache=True, nogil=True)
+def rounds_girgis(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count, first_user,
+                  batch, block_size, chunk, rotate, coded, width, levels, messages, ball, clip_radius, flips, weights,
+                  signs, rule, rate, radius, optimum, half_spread_squared, excess, population):
+    """Rounds [start, start + count) with Girgis's linf or l2 randomizer (multi_message's
+    girgis_linf, girgis_l2: `rotate`), as rounds_pvec otherwise (`noise_counter` is unused).
+
+    Per round: each block's part of the batch encoded chunk by chunk from the stream
+    (ROUND_STREAM, round, block) into the round's histograms (_girgis_chunk); the analyzer's
+    estimated sum (_girgis_estimate); the update and losses.
+
+    Returns:
+      How many rounds ran: `count`, or the first round with a non-finite value.
+    """
+    dim = theta.size
+    rows = max(coded, dim)
+    work = (np.empty(dim * chunk), np.empty(chunk), np.empty(rows * chunk), np.empty(rows * chunk),
+            np.empty(messages * chunk, np.int64))
+    hist = np.zeros((levels, messages * width, 2), np.int64)
+    sums, spare = np.empty(messages * width), np.empty(messages * width)
+    query, estimate, step, released = np.empty(dim), np.empty(dim), np.empty(dim), np.empty(dim)
+    squares = np.empty(dim)
+    for done in range(count):
+        round_index = start + done
+        alpha = 2.0 / (steps[0] + 2)
+        _query(rule, alpha, theta, other, query)
+        user = first_user + done * batch
+        stop_user = user + batch
+        hist[:] = 0
+        while user < stop_user:
+            segment_stop = _segment(user, stop_user, block_size, round_index, key, counter, state)
+            for low in range(user, segment_stop, chunk):
+                if not _girgis_chunk(query, data, low - data_first, min(chunk, segment_stop - low), state, rotate,
+                                     coded, width, levels, messages, ball, clip_radius, flips, signs, work, hist):
+                    return done
+            user = segment_stop
+        _girgis_estimate(hist, batch, rotate, dim, coded, width, levels, clip_radius, flips, weights, signs, sums,
+                         spare, estimate)
         if not _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, step, released, squares):
             return done
         excess[done] = _excess(released, optimum, squares)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import numpy as np
 
@@ -62,6 +62,36 @@ class Histograms:
 
 LEVELS = Option("levels", integer(1, 16), "m, the bit planes of the randomizer (seed 001)")
 MESSAGES = Option("messages", integer(1), "s, the messages per level (default min(d, 64))")
+
+
+class GirgisEncoding(NamedTuple):
+    """The constants of a linf or l2 call as its compiled twin uses them
+    (pipeline.engine.fused_kernel.rounds_girgis), each as girgis.py computes it.
+
+    Attributes:
+      rotate: l2 (the rotation U = H·D/√d_pad before the bit planes); False for linf.
+      coded, width, levels, messages: d_c, a, m and s.
+      ball: r, the ball the inputs are projected into.
+      clip_radius: r∞, the ℓ∞ radius the bit planes encode.
+      flips, weights: each level's 2RR flip probability and weight in ẑ.
+      signs: D's diagonal (l2), else ones.
+    """
+
+    rotate: bool
+    coded: int
+    width: int
+    levels: int
+    messages: int
+    ball: float
+    clip_radius: float
+    flips: np.ndarray
+    weights: np.ndarray
+    signs: np.ndarray
+    kernel = "rounds_girgis"  # not a field: the fused_kernel function that twins the call
+
+
+# What the compiled twin reproduces: a subclass overriding one of these keeps the Python path.
+_TWINNED = ("plan", "planned", "encode_block", "finish", "decode", "released_count")
 
 
 class GirgisProtocol(Protocol):
@@ -134,6 +164,21 @@ class GirgisProtocol(Protocol):
         if statistic.users == 0:
             return np.zeros(call.randomizer.dim)
         return girgis.decode(call.randomizer, statistic.counts)
+
+    def fused_encoding(self, call: GirgisCall) -> GirgisEncoding | None:
+        """The call's constants for the compiled twin: linf and l2 calls of every user at user
+        level; None for the other kinds, sampling, record level, or a subclass that changes
+        what the twin reproduces."""
+        randomizer = call.randomizer
+        if any(getattr(type(self), name) is not getattr(GirgisProtocol, name) for name in _TWINNED):
+            return None
+        if randomizer.kind not in ("linf", "l2") or call.sampling != "all" or call.record_messages:
+            return None
+        rotate = randomizer.kind == "l2"
+        return GirgisEncoding(rotate, randomizer.coded_dim, randomizer.block_width, randomizer.levels,
+                              randomizer.messages, randomizer.radius, randomizer.clip_radius,
+                              np.array(randomizer.flip_probabilities), np.array(randomizer.level_weights),
+                              girgis.rotation_signs(randomizer).copy() if rotate else np.ones(randomizer.dim))
 
 
 def _event(randomizer: girgis.GirgisParams, users: int, population: int, sampling: str, rate: float,
