@@ -32,3 +32,21 @@ def column_dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def column_norms(vectors: np.ndarray) -> np.ndarray:
     """‖v_j‖₂ of every column of a (d, n) array, its squares summed as column_dots sums them."""
     return np.sqrt(column_dots(vectors, vectors))
+
+
+def column_sums(values: np.ndarray) -> np.ndarray:
+    """Σ_i values[i, j] of every column j, added row by row from the first.
+
+    sum(axis=0) adds this way over two columns or more; a single column it sums pairwise, so a
+    user alone in its chunk would get other bits than among others. That column is
+    accumulated in order instead.
+
+    Args:
+      values: a (d, n) array, d ≥ 1.
+
+    Returns:
+      The n sums.
+    """
+    if values.shape[1] != 1:
+        return values.sum(axis=0)
+    return np.add.accumulate(values[:, 0])[-1:]

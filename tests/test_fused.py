@@ -262,6 +262,11 @@ CASES = {
                                          name="seq_agd", accounting="paper", seed=3),
     "girgis_l2, d = 1, one-user segments": dict(n_users=1_500, dim=1, block_size=64, batch_size=21,
                                                 protocol="girgis_l2", levels=2, accounting="paper", seed=4),
+    "girgis_l1": dict(n_users=6_000, dim=10, block_size=1000, protocol="girgis_l1", accounting="paper", seed=5),
+    # d = 9 ≥ 8: a one-user chunk's ℓ1 norm is summed in order (numerics.column_sums), not pairwise.
+    "girgis_l1, d = 9, one-user segments, seq_agd": dict(n_users=3_000, dim=9, block_size=64, batch_size=21,
+                                                        protocol="girgis_l1", name="seq_agd", accounting="paper",
+                                                        seed=6),
     "pan_agd (central_gaussian, fixed noise)": dict(n_users=20_000, dim=10, block_size=1000, name="pan_agd",
                                                     protocol="central_gaussian", epsilon=0.5, accounting="paper"),
 }
@@ -292,7 +297,8 @@ def _assert_same_state(fused_state, python_state, where: str = "state") -> None:
 
 
 @pytest.mark.parametrize("kind, dim, messages, levels, users", [
-    ("linf", 10, 3, 3, 40), ("l2", 10, 10, 1, 40), ("l2", 5, 5, 4, 1), ("linf", 7, 2, 2, 300), ("l2", 3, 2, 2, 17)])
+    ("linf", 10, 3, 3, 40), ("l2", 10, 10, 1, 40), ("l2", 5, 5, 4, 1), ("linf", 7, 2, 2, 300), ("l2", 3, 2, 2, 17),
+    ("l1", 10, 1, 1, 40), ("l1", 9, 1, 1, 1), ("l1", 1, 1, 1, 5)])
 def test_a_girgis_chunk_gives_encode_blocks_histograms(kind, dim, messages, levels, users):
     """The compiled chunk's histograms are girgis.encode_block's, padding indices included
     (which the estimate drops, so the rounds alone would not see them), for inputs in and
@@ -309,10 +315,22 @@ def test_a_girgis_chunk_gives_encode_blocks_histograms(kind, dim, messages, leve
             np.empty(messages * users, np.int64))
     got = np.zeros_like(want)
     assert philox._girgis_chunk(np.zeros(dim), -inputs, 0, users, fused.state_words(stream(0, 2, users, 1)),
-                                encoding.rotate, encoding.coded, encoding.width, encoding.levels, encoding.messages,
-                                encoding.ball, encoding.clip_radius, encoding.flips, encoding.signs, work, got)
-    assert params.padded_dim > params.coded_dim or kind == "l2"
+                                *encoding[:8], encoding.flips, encoding.signs, work, got)
+    assert params.padded_dim > params.coded_dim or kind != "linf"
     assert np.array_equal(got, want)
+
+
+def test_girgis_calls_the_kernel_does_not_twin_keep_the_python_path():
+    """Sampled users, record level and the binary randomizer have no fused encoding."""
+    from pipeline.protocols import build_protocol, girgis
+    from pipeline.protocols.multi_message import GirgisCall
+
+    l2 = girgis.plan_girgis("l2", 100, 5, 1.0, 2.0)
+    assert build_protocol("girgis_l2", "paper").fused_encoding(GirgisCall(l2, 100, 100, "all", 0.0)) is not None
+    assert build_protocol("girgis_l2", "paper").fused_encoding(GirgisCall(l2, 100, 200, "poisson", 0.5)) is None
+    assert build_protocol("girgis_l2", "paper").fused_encoding(GirgisCall(l2, 100, 100, "all", 0.0, 2, 3)) is None
+    binary = girgis.plan_girgis("binary", 100, 5, 1.0, 2.0)
+    assert build_protocol("girgis_binary", "paper").fused_encoding(GirgisCall(binary, 100, 100, "all", 0.0)) is None
 
 
 @pytest.mark.parametrize("case", ["projection active", "seq_agd, projection active"])
@@ -402,7 +420,6 @@ def test_a_subclass_keeps_the_python_path(what):
     {"optimizer": {"name": "seq_agd_smoothed"}},
     {"execution": {"backend": "local", "shards": 1, "block_size": 256, "simulation": "literal"}},
     {"problem": {"name": "logistic", "dim": 3}},
-    {"privacy": {"epsilon": 1.0, "delta": 1e-6, "protocol": "girgis_l1"}},
 ])
 def test_other_runs_keep_the_python_path(change):
     tree = _tree(n_users=2_000, dim=3, block_size=256)

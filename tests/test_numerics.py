@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.numerics import column_dots, column_norms
+from pipeline.numerics import column_dots, column_norms, column_sums
 
 
 def _in_order(a: np.ndarray, b: np.ndarray) -> list[float]:
@@ -39,3 +39,23 @@ def test_a_column_alone_has_the_bits_it_has_among_others():
         assert column_dots(alone, alone)[0] == column_dots(wide, wide)[0]
         einsum_differs += np.einsum("ij,ij->j", alone, alone)[0] != column_dots(wide, wide)[0]
     assert einsum_differs > 0
+
+
+@pytest.mark.parametrize("dim", [1, 2, 7, 8, 9, 33, 257])
+@pytest.mark.parametrize("columns", [1, 2, 5])
+def test_column_sums_add_each_column_in_order_for_any_number_of_columns(dim, columns):
+    values = np.abs(np.random.default_rng(dim * 10 + columns).standard_normal((dim, columns)) * 1e3)
+    assert column_sums(values).tolist() == _in_order(values, np.ones_like(values))
+
+
+def test_a_column_alone_sums_as_among_others_where_sum_would_not():
+    """sum(axis=0) sums a lone column pairwise (eight accumulators from 8 rows on): some of its
+    sums differ from the in-order sum, and column_sums' never do."""
+    rng = np.random.default_rng(6)
+    sum_differs = 0
+    for _ in range(200):
+        wide = np.abs(rng.standard_normal((int(rng.integers(9, 200)), 3)) * 1e3)
+        alone = wide[:, :1].copy()
+        assert column_sums(alone)[0] == column_sums(wide)[0]
+        sum_differs += alone.sum(axis=0)[0] != column_sums(wide)[0]
+    assert sum_differs > 0

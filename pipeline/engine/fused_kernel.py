@@ -586,36 +586,76 @@ def _hadamard(values, spare, size, columns):
     return values
 
 
-@njit(cache=True)
-def _girgis_chunk(query, data, column, users, state, rotate, coded, width, levels, messages, ball, clip_radius,
-                  flips, signs, work, hist):
-    """girgis.encode_block of one chunk of users (data columns [column, column + users)) for
-    linf, or l2 (`rotate`), into `hist` (levels × s·a × 2); False if a gradient is not finite.
+# Girgis's randomizers the compiled rounds twin (multi_message.FUSED_KINDS: their index).
+_LINF, _L2, _L1 = 0, 1, 2
 
-    The gradients and their norms (_gradients); the projection into the ball (linf: each
-    coordinate clipped to ±r; l2: scaled by r/max(‖g‖, r), then padded, signed by D, rotated
-    by H/√d_pad and clipped to ±r∞); z = (w + r)/(2r); then per level: the (s, users) indices
-    (`bounded`, one block of width a per message), the (s, users) uniforms, and each message's
-    bit (a plane of F or the rounding plane, 2RR) counted at its index.
-    """
-    dim = query.size
-    inputs, norms, units, spare, indices = work
-    if not _gradients(query, data, column, users, inputs, norms):
-        return False
-    if rotate:
-        units[: coded * users] = 0.0
-        for user in range(users):
-            factor = ball / max(norms[user], ball)
-            for coordinate in range(dim):
-                units[coordinate * users + user] = inputs[coordinate * users + user] * factor * signs[coordinate]
-        cube = _hadamard(units, spare, coded, users)
-        root, radius = np.sqrt(coded), clip_radius
-        for index in range(coded * users):
-            cube[index] = (min(max(cube[index] / root, -radius), radius) + radius) / (2.0 * radius)
-    else:
-        cube, radius = units, ball
+
+@njit(cache=True)
+def _girgis_cube(inputs, norms, users, kind, coded, ball, clip_radius, signs, units, spare):
+    """girgis._unit_cube of a chunk's gradients for linf or l2: the projection into the ball
+    (linf: each coordinate clipped to ±r; l2: scaled by r/max(‖g‖, r), padded, signed by D,
+    rotated by H/√d_pad, clipped to ±r∞), then z = (w + r)/(2r); returns the array holding z."""
+    dim = inputs.size // users
+    if kind == _LINF:
         for index in range(dim * users):
-            cube[index] = (min(max(inputs[index], -radius), radius) + radius) / (2.0 * radius)
+            units[index] = (min(max(inputs[index], -ball), ball) + ball) / (2.0 * ball)
+        return units
+    units[: coded * users] = 0.0
+    for user in range(users):
+        factor = ball / max(norms[user], ball)
+        for coordinate in range(dim):
+            units[coordinate * users + user] = inputs[coordinate * users + user] * factor * signs[coordinate]
+    cube, root = _hadamard(units, spare, coded, users), np.sqrt(coded)
+    for index in range(coded * users):
+        cube[index] = (min(max(cube[index] / root, -clip_radius), clip_radius) + clip_radius) / (2.0 * clip_radius)
+    return cube
+
+
+@njit(cache=True)
+def _girgis_l1(inputs, users, state, coded, ball, hadamard, units, spare, indices, hist):
+    """girgis._encode_l1 of a chunk's gradients: each scaled into the ℓ1 ball of radius r (its
+    |coordinates| summed in order, numerics.column_sums), padded and transformed by H; one
+    index j below d_pad per user (`bounded`), then one uniform per user for σ = +1 with
+    probability ½ + ½·clip((Hx)_j/r, ±1)/c."""
+    dim = inputs.size // users
+    units[: coded * users] = 0.0
+    for user in range(users):
+        total = 0.0
+        for coordinate in range(dim):
+            total += abs(inputs[coordinate * users + user])
+        factor = ball / max(total, ball)
+        for coordinate in range(dim):
+            units[coordinate * users + user] = inputs[coordinate * users + user] * factor
+    coefficients = _hadamard(units, spare, coded, users)
+    for user in range(users):
+        indices[user] = bounded(state, coded)
+    for user in range(users):
+        picked = indices[user]
+        t = min(max(coefficients[picked * users + user] / ball, -1.0), 1.0)
+        hist[0, picked, 0] += 1
+        if next_double(state) < 0.5 + 0.5 * t / hadamard:
+            hist[0, picked, 1] += 1
+
+
+@njit(cache=True)
+def _girgis_chunk(query, data, column, users, state, kind, coded, width, levels, messages, ball, clip_radius,
+                  hadamard, flips, signs, work, hist):
+    """girgis.encode_block of one chunk of users (data columns [column, column + users)) for
+    linf, l2 or l1 (`kind`), into `hist` (levels × s·a × 2); False if a gradient is not finite.
+
+    The gradients and their norms (_gradients); l1: _girgis_l1. linf, l2: the unit cube
+    (_girgis_cube); then per level the (s, users) indices (`bounded`, one block of width a per
+    message), the (s, users) uniforms, and each message's bit (a plane of F or the rounding
+    plane, through 2RR) counted at its index.
+    """
+    inputs, norms, units, spare, indices = work
+    if not _gradients(query, data, column, users, inputs, norms[:users]):
+        return False
+    if kind == _L1:
+        _girgis_l1(inputs[: query.size * users], users, state, coded, ball, hadamard, units, spare, indices, hist)
+        return True
+    cube = _girgis_cube(inputs[: query.size * users], norms, users, kind, coded, ball, clip_radius, signs, units,
+                        spare)
     scale = 2.0 ** (levels - 1)
     for level in range(levels):
         for index in range(messages * users):
@@ -637,12 +677,19 @@ def _girgis_chunk(query, data, column, users, state, rotate, coded, width, level
 
 
 @njit(cache=True)
-def _girgis_estimate(hist, users, rotate, dim, coded, width, levels, clip_radius, flips, weights, signs, sums, spare,
-                     estimate):
-    """girgis.decode of a round's histograms for linf or l2 (`rotate`) into `estimate`: per
-    level the debiased counts weight_k·a/(1 − 2p_k)·(ones − p_k·counts) summed into ẑ, then
-    2r∞·ẑ − r∞·n, and for l2 Uᵀ = D·H/√d_pad of it (its first d coordinates)."""
+def _girgis_estimate(hist, users, kind, dim, coded, width, levels, ball, clip_radius, hadamard, flips, weights, signs,
+                     sums, spare, estimate):
+    """girgis.decode of a round's histograms into `estimate`. l1: r·c·H(2·ones − counts).
+    linf, l2: per level the debiased counts weight_k·a/(1 − 2p_k)·(ones − p_k·counts) summed
+    into ẑ, then 2r∞·ẑ − r∞·n, and for l2 Uᵀ = D·H/√d_pad of it; the first d coordinates."""
     padded = hist.shape[1]
+    if kind == _L1:
+        for index in range(coded):
+            sums[index] = 2.0 * np.float64(hist[0, index, 1]) - np.float64(hist[0, index, 0])
+        back = _hadamard(sums[:coded], spare[:coded], coded, 1)
+        for coordinate in range(dim):
+            estimate[coordinate] = (ball * hadamard) * back[coordinate]
+        return
     sums[:padded] = 0.0
     for level in range(levels):
         p = flips[level]
@@ -651,7 +698,7 @@ def _girgis_estimate(hist, users, rotate, dim, coded, width, levels, clip_radius
             sums[index] += coefficient * (np.float64(hist[level, index, 1]) - p * np.float64(hist[level, index, 0]))
     for index in range(coded):
         sums[index] = 2.0 * clip_radius * sums[index] - clip_radius * users
-    if rotate:
+    if kind == _L2:
         back, root = _hadamard(sums[:coded], spare[:coded], coded, 1), np.sqrt(coded)
         for coordinate in range(dim):
             estimate[coordinate] = back[coordinate] / root * signs[coordinate]
@@ -878,10 +925,10 @@ def rounds_sum(theta, other, steps, data, data_first, key, counter, noise_counte
 
 @njit(cache=True, nogil=True)
 def rounds_girgis(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count, first_user,
-                  batch, block_size, chunk, rotate, coded, width, levels, messages, ball, clip_radius, flips, weights,
-                  signs, rule, rate, radius, optimum, half_spread_squared, excess, population):
-    """Rounds [start, start + count) with Girgis's linf or l2 randomizer (multi_message's
-    girgis_linf, girgis_l2: `rotate`), as rounds_pvec otherwise (`noise_counter` is unused).
+                  batch, block_size, chunk, kind, coded, width, levels, messages, ball, clip_radius, hadamard, flips,
+                  weights, signs, rule, rate, radius, optimum, half_spread_squared, excess, population):
+    """Rounds [start, start + count) with Girgis's linf, l2 or l1 randomizer (multi_message's
+    girgis_linf, girgis_l2, girgis_l1: `kind`), as rounds_pvec otherwise (`noise_counter` is unused).
 
     Per round: each block's part of the batch encoded chunk by chunk from the stream
     (ROUND_STREAM, round, block) into the round's histograms (_girgis_chunk); the analyzer's
@@ -891,11 +938,11 @@ def rounds_girgis(theta, other, steps, data, data_first, key, counter, noise_cou
       How many rounds ran: `count`, or the first round with a non-finite value.
     """
     dim = theta.size
-    rows = max(coded, dim)
+    rows, padded = max(coded, dim), coded if kind == _L1 else messages * width  # girgis.statistic_shape
     work = (np.empty(dim * chunk), np.empty(chunk), np.empty(rows * chunk), np.empty(rows * chunk),
-            np.empty(messages * chunk, np.int64))
-    hist = np.zeros((levels, messages * width, 2), np.int64)
-    sums, spare = np.empty(messages * width), np.empty(messages * width)
+            np.empty(max(messages, 1) * chunk, np.int64))
+    hist = np.zeros((levels, padded, 2), np.int64)
+    sums, spare = np.empty(max(padded, coded)), np.empty(max(padded, coded))
     query, estimate, step, released = np.empty(dim), np.empty(dim), np.empty(dim), np.empty(dim)
     squares = np.empty(dim)
     for done in range(count):
@@ -908,12 +955,13 @@ def rounds_girgis(theta, other, steps, data, data_first, key, counter, noise_cou
         while user < stop_user:
             segment_stop = _segment(user, stop_user, block_size, round_index, key, counter, state)
             for low in range(user, segment_stop, chunk):
-                if not _girgis_chunk(query, data, low - data_first, min(chunk, segment_stop - low), state, rotate,
-                                     coded, width, levels, messages, ball, clip_radius, flips, signs, work, hist):
+                if not _girgis_chunk(query, data, low - data_first, min(chunk, segment_stop - low), state, kind,
+                                     coded, width, levels, messages, ball, clip_radius, hadamard, flips, signs, work,
+                                     hist):
                     return done
             user = segment_stop
-        _girgis_estimate(hist, batch, rotate, dim, coded, width, levels, clip_radius, flips, weights, signs, sums,
-                         spare, estimate)
+        _girgis_estimate(hist, batch, kind, dim, coded, width, levels, ball, clip_radius, hadamard, flips, weights,
+                         signs, sums, spare, estimate)
         if not _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, step, released, squares):
             return done
         excess[done] = _excess(released, optimum, squares)

@@ -30,7 +30,7 @@ import operator
 
 import numpy as np
 
-from pipeline.numerics import column_norms
+from pipeline.numerics import column_norms, column_sums
 
 KINDS = ("binary", "l1", "linf", "l2")
 # Beyond 32 levels the plane weights 4^{−k} are below float resolution, and the
@@ -403,7 +403,7 @@ def _clip(params: GirgisParams, x: np.ndarray) -> np.ndarray:
     if params.kind == "linf":
         return np.clip(x, -r, r)
     if params.kind == "l1":
-        norms = np.abs(x).sum(axis=0)
+        norms = column_sums(np.abs(x))
     elif params.kind == "l2":
         norms = column_norms(x)
     else:

@@ -64,26 +64,32 @@ LEVELS = Option("levels", integer(1, 16), "m, the bit planes of the randomizer (
 MESSAGES = Option("messages", integer(1), "s, the messages per level (default min(d, 64))")
 
 
+# The randomizers the compiled rounds twin, by their index (pipeline.engine.fused_kernel's kinds).
+FUSED_KINDS = ("linf", "l2", "l1")
+
+
 class GirgisEncoding(NamedTuple):
-    """The constants of a linf or l2 call as its compiled twin uses them
+    """The constants of a linf, l2 or l1 call as its compiled twin uses them
     (pipeline.engine.fused_kernel.rounds_girgis), each as girgis.py computes it.
 
     Attributes:
-      rotate: l2 (the rotation U = H·D/√d_pad before the bit planes); False for linf.
-      coded, width, levels, messages: d_c, a, m and s.
+      kind: the randomizer's index in FUSED_KINDS.
+      coded, width, levels, messages: d_c, a, m and s (l1: d_pad, 1, 1, 1).
       ball: r, the ball the inputs are projected into.
       clip_radius: r∞, the ℓ∞ radius the bit planes encode.
-      flips, weights: each level's 2RR flip probability and weight in ẑ.
+      hadamard: l1's c = coth(ε0/2).
+      flips, weights: each level's 2RR flip probability and weight in ẑ (l1: none).
       signs: D's diagonal (l2), else ones.
     """
 
-    rotate: bool
+    kind: int
     coded: int
     width: int
     levels: int
     messages: int
     ball: float
     clip_radius: float
+    hadamard: float
     flips: np.ndarray
     weights: np.ndarray
     signs: np.ndarray
@@ -166,19 +172,20 @@ class GirgisProtocol(Protocol):
         return girgis.decode(call.randomizer, statistic.counts)
 
     def fused_encoding(self, call: GirgisCall) -> GirgisEncoding | None:
-        """The call's constants for the compiled twin: linf and l2 calls of every user at user
-        level; None for the other kinds, sampling, record level, or a subclass that changes
-        what the twin reproduces."""
+        """The call's constants for the compiled twin: linf, l2 and l1 calls of every user at
+        user level; None for binary, sampling, record level, or a subclass that changes what
+        the twin reproduces."""
         randomizer = call.randomizer
         if any(getattr(type(self), name) is not getattr(GirgisProtocol, name) for name in _TWINNED):
             return None
-        if randomizer.kind not in ("linf", "l2") or call.sampling != "all" or call.record_messages:
+        if randomizer.kind not in FUSED_KINDS or call.sampling != "all" or call.record_messages:
             return None
-        rotate = randomizer.kind == "l2"
-        return GirgisEncoding(rotate, randomizer.coded_dim, randomizer.block_width, randomizer.levels,
-                              randomizer.messages, randomizer.radius, randomizer.clip_radius,
-                              np.array(randomizer.flip_probabilities), np.array(randomizer.level_weights),
-                              girgis.rotation_signs(randomizer).copy() if rotate else np.ones(randomizer.dim))
+        rotated = randomizer.kind == "l2"
+        return GirgisEncoding(FUSED_KINDS.index(randomizer.kind), randomizer.coded_dim, randomizer.block_width,
+                              randomizer.levels, randomizer.messages, randomizer.radius, randomizer.clip_radius,
+                              randomizer.hadamard_constant, np.array(randomizer.flip_probabilities, np.float64),
+                              np.array(randomizer.level_weights, np.float64),
+                              girgis.rotation_signs(randomizer).copy() if rotated else np.ones(randomizer.dim))
 
 
 def _event(randomizer: girgis.GirgisParams, users: int, population: int, sampling: str, rate: float,
