@@ -298,7 +298,8 @@ def _assert_same_state(fused_state, python_state, where: str = "state") -> None:
 
 @pytest.mark.parametrize("kind, dim, messages, levels, users", [
     ("linf", 10, 3, 3, 40), ("l2", 10, 10, 1, 40), ("l2", 5, 5, 4, 1), ("linf", 7, 2, 2, 300), ("l2", 3, 2, 2, 17),
-    ("l1", 10, 1, 1, 40), ("l1", 9, 1, 1, 1), ("l1", 1, 1, 1, 5)])
+    ("l1", 10, 1, 1, 40), ("l1", 9, 1, 1, 1), ("l1", 33, 1, 1, 1), ("l1", 100, 1, 1, 1),
+    ("l1", 1, 1, 1, 5)])
 def test_a_girgis_chunk_gives_encode_blocks_histograms(kind, dim, messages, levels, users):
     """The compiled chunk's histograms are girgis.encode_block's, padding indices included
     (which the estimate drops, so the rounds alone would not see them), for inputs in and
