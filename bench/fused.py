@@ -8,11 +8,11 @@ from pipeline.engine.shard import Shard
 DIM = 10
 # The fused runs timed, by the prefix of their metrics: (optimizer, protocol; None: the default, cjmp_vec).
 RUNS = {"seq": ("seq_sgd", None), "agd": ("seq_agd", None), "gauss": ("seq_sgd", "shuffle_gaussian"),
-        "local": ("seq_sgd", "local_l2")}
+        "local": ("seq_sgd", "local_l2"), "girgis": ("seq_sgd", "girgis_l2")}
 
 
 def run(size: str = "quick") -> dict[str, float]:
-    """seq_sgd and seq_agd with cjmp_vec, and seq_sgd with shuffle_gaussian and with local_l2, on
+    """seq_sgd and seq_agd with cjmp_vec, and seq_sgd with shuffle_gaussian, local_l2 and girgis_l2, on
     the quadratic (d = 10, ε = 1, tight: rounds of 51 users for seq_sgd with cjmp_vec), one shard holding
     every user: the same rounds fused and in Python from the same start, interleaved, best of N.
 
