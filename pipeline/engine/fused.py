@@ -166,11 +166,15 @@ class FusedRounds:
         self._ahead = ThreadPoolExecutor(1, thread_name_prefix="fused-draw")
 
     def draw_block(self, block: int) -> np.ndarray:
-        """Shard.draw_block(block), bit for bit, its normals drawn by `compiled_normals`."""
-        job = self._job
+        """Shard.draw_block(block), bit for bit: Quadratic.from_normals of `compiled_normals`,
+        in one compiled pass (fused_kernel.quadratic_users)."""
+        job, problem = self._job, self._job.problem
         first, stop = job.layout.block_users(block)
-        normals = compiled_normals(stream(job.seed, DATA_STREAM, block), job.problem.dim * (stop - first))
-        return job.problem.from_normals(normals.reshape(job.problem.dim, stop - first))
+        users = np.empty((problem.dim, stop - first))
+        self._kernel.quadratic_users(state_words(stream(job.seed, DATA_STREAM, block)), users,
+                                     np.empty(max(1, min(TAPE_RAWS, users.size)), np.uint64), problem.spread,
+                                     np.asarray(problem.optimum, np.float64), np.empty(stop - first))
+        return users
 
     def _block(self, block: int) -> Future:
         if block not in self._blocks:

@@ -326,6 +326,28 @@ def normals(state, out, tape):
             done += 1
 
 
+@njit(cache=True, nogil=True)
+def quadratic_users(state, out, tape, spread, optimum, norms):
+    """Quadratic.from_normals of the stream's next normals (`normals`): out (d, users) holds
+    the users, each normal direction scaled to the sphere of radius `spread` (its norm summed
+    coordinate by coordinate, a zero norm read as 1) and moved to `optimum`; `norms`: users' work."""
+    flat = out.reshape(out.size)
+    normals(state, flat, tape)
+    dim, users = out.shape
+    norms[:users] = 0.0
+    for coordinate in range(dim):
+        row = out[coordinate]
+        for user in range(users):
+            norms[user] += row[user] * row[user]
+    for user in range(users):
+        norm = np.sqrt(norms[user])
+        norms[user] = spread / (norm if norm != 0.0 else 1.0)
+    for coordinate in range(dim):
+        row, centre = out[coordinate], optimum[coordinate]
+        for user in range(users):
+            row[user] = row[user] * norms[user] + centre
+
+
 # --- the rounds -------------------------------------------------------------------------
 
 
