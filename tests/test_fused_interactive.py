@@ -174,18 +174,15 @@ def test_ties_are_found_in_order_and_only_below_the_size():
     assert ties[:count].tolist() == tied
 
 
-@pytest.mark.parametrize("backend", ["local", "ray"])
-def test_a_run_through_the_cli_writes_the_python_rounds_losses(tmp_path, new_mlflow_store, monkeypatch, backend,
-                                                                request):
+def test_a_run_through_the_cli_writes_the_python_rounds_losses(tmp_path, new_mlflow_store, monkeypatch):
     """`python -m pipeline run` of full_gd (P_vec, 2 shards, compiled) writes, bit for bit, the
-    losses of the same run on the Python path (local, where no shard finds a compiled twin)."""
-    if backend == "ray":
-        request.getfixturevalue("ray_session")
+    losses of the same run on the Python path (where no shard finds a compiled twin). On Ray
+    the compiled rounds give the local ones: tests/test_engine.py's full_gd and full_phased
+    cases, bit-identical for any shards and both backends."""
     tree = _tree(n_users=30_000, dim=10, block_size=4096, shards=2)
     tree["optimizer"]["rounds"] = 4
 
-    def run(name: str, backend: str) -> np.ndarray:
-        tree["execution"]["backend"] = backend
+    def run(name: str) -> np.ndarray:
         tree["tracking"] = {"mlflow_uri": new_mlflow_store(tmp_path / name / "mlflow.db"),
                             "out": str(tmp_path / name / "out")}
         path = tmp_path / name / "grid.yaml"
@@ -196,7 +193,7 @@ def test_a_run_through_the_cli_writes_the_python_rounds_losses(tmp_path, new_mlf
 
     with monkeypatch.context() as python_path:
         python_path.setattr(fused, "interactive_pvec", lambda shard: None)
-        want = run("python", "local")
-    got = run("compiled", backend)
+        want = run("python")
+    got = run("compiled")
     assert len(got) == 4
     assert np.array_equal(got, want)
