@@ -1,6 +1,7 @@
 """Fused sequential rounds: a shard's carried rounds of seq_sgd (P_SGD), seq_agd and pan_agd
-(AC-SA) or seq_phased (its AC-SA phases in turn) with P_vec or a sum protocol (none,
-central_gaussian, shuffle_gaussian, local_l2) in exact mode on the quadratic problem, run as one
+(AC-SA) or seq_phased (its AC-SA phases in turn) with P_vec, a sum protocol (none,
+central_gaussian, shuffle_gaussian, local_l2) or Girgis's linf, l2 and l1 randomizers in exact
+mode on the quadratic problem, run as one
 compiled function per window of rounds instead of ~22 numpy calls a round
 (shared/DESIGN.md §5, "Fast paths are twins of the reference path").
 
@@ -11,9 +12,10 @@ bit-identical to the Python path's, on any CPU (tests/test_fused.py checks them 
 round). Anything else (a plug-in or subclass, another problem, protocol or optimizer,
 sampled users, dropouts, records, smoothing) keeps the Python path: `fused_rounds` says None.
 
-The users of a block are Shard.draw_block's, bit for bit, with their normals drawn by the
-compiled ziggurat over numpy's raw Philox outputs (`compiled_normals`): numpy's own
-standard_normal took twice as long, and the rounds waited for it.
+The users of a block are Shard.draw_block's, bit for bit, drawn in compiled code: the raw
+Philox outputs in bulk, numpy's ziggurat and Quadratic.from_normals (`compiled_normals`,
+fused_kernel.quadratic_users): numpy's own standard_normal took twice as long, and the
+rounds waited for it.
 
 A record's `seconds` is its window's time (the wait for its users' draw included) divided
 by its rounds (timing each round inside the compiled loop would slow it).
