@@ -830,57 +830,143 @@ def blocks_pvec(query, data, starts, stops, blocks, round_index, key, counter, s
     return True
 
 
+def _round_loop(segment, analyzer):
+    """A window of sequential rounds (Shard.python_rounds) whose protocol encodes each block's
+    part of a round with `segment` and turns the round's encoding into the estimated sum
+    with `analyzer`; the kernels below differ only in those two and their work arrays.
+
+    Per round: the query (_query); each block's part of the batch encoded from the stream
+    (ROUND_STREAM, round, block) (`counter`: that stream's first counter, any round and block):
+    segment(encoding, work, query, data, first, stop, chunk, state) for data columns
+    [first, stop), chunk by chunk, False on a non-finite value; analyzer(encoding, work,
+    round, batch, key, noise_counter, state, estimate), which also clears the round's encoding,
+    False if it cannot; the update (_advance, `rule` and `rate`, in place on the optimizer's
+    state (θ, other, t)); the released model's losses (Quadratic) into excess and population.
+    It returns how many rounds ran: `count`, or the first round that failed.
+
+    A factory of register_jitable functions (as _ziggurat), each called from a cached kernel:
+    numba cannot take the protocol's functions as arguments of a cached kernel.
+    """
+
+    @register_jitable
+    def rounds(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count, first_user,
+               batch, block_size, chunk, encoding, work, rule, rate, radius, optimum, half_spread_squared, excess,
+               population):
+        dim = theta.size
+        query, estimate, step, released = np.empty(dim), np.empty(dim), np.empty(dim), np.empty(dim)
+        squares = np.empty(dim)  # what pairwise_sum adds: numpy squares a vector first, then sums it
+        for done in range(count):
+            round_index = start + done
+            alpha = 2.0 / (steps[0] + 2)  # ACSA's
+            _query(rule, alpha, theta, other, query)
+            user = first_user + done * batch
+            stop_user = user + batch
+            while user < stop_user:
+                segment_stop = _segment(user, stop_user, block_size, round_index, key, counter, state)
+                if not segment(encoding, work, query, data, user - data_first, segment_stop - data_first, chunk,
+                               state):
+                    return done
+                user = segment_stop
+            if not analyzer(encoding, work, round_index, batch, key, noise_counter, state, estimate):
+                return done
+            if not _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, step, released, squares):
+                return done
+            excess[done] = _excess(released, optimum, squares)
+            population[done] = excess[done] + half_spread_squared
+        return count
+
+    return rounds
+
+
+@register_jitable
+def _pvec_segment(encoding, work, query, data, first, stop, chunk, state):
+    """cjmp.encode_block of a block's users: the chunks' rounded sums (_rounded_chunk), then
+    one Binomial(users·b_noise, p) per coordinate, added to the round's ones."""
+    scale_bound, bound, top, b_noise, p = encoding[:5]
+    factors, raws, lows, ties, ones = work
+    for low in range(first, stop, chunk):
+        if not _rounded_chunk(query, data, low, min(chunk, stop - low), state, scale_bound, bound, top, factors, raws,
+                              lows, ties, ones):
+            return False
+    for coordinate in range(query.size):
+        ones[coordinate] += binomial(state, (stop - first) * b_noise, p)
+    return True
+
+
+@register_jitable
+def _pvec_analyzer(encoding, work, round_index, batch, key, noise_counter, state, estimate):
+    """cjmp.finish and decode: (Δ/g)·(ones − n·b_noise·p) − n·Δ₂, the mean split exactly."""
+    whole, fraction, decode_scale, shift = encoding[5:]
+    ones = work[4]
+    for coordinate in range(estimate.size):
+        estimate[coordinate] = decode_scale * (np.float64(ones[coordinate] - whole) - fraction) - shift
+    ones[:] = 0
+    return True
+
+
+_pvec_rounds = _round_loop(_pvec_segment, _pvec_analyzer)
+
+
 @njit(cache=True, nogil=True)  # nogil: the next block's users are drawn meanwhile (fused.FusedRounds)
 def rounds_pvec(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count,
                 first_user, batch, block_size, chunk, scale_bound, bound, top, b_noise, p, whole, fraction,
                 decode_scale, shift, rule, rate, radius, optimum, half_spread_squared, excess, population):
-    """Rounds [start, start + count) with P_vec (cjmp_vec), in place on the optimizer's state
-    (θ, other, t) (`rule`, `rate`: _advance); their losses into excess and population
-    (`noise_counter` is unused: P_vec has no curator's noise; rounds_sum's arguments otherwise).
-
-    Per round (Shard.python_rounds): the query (_query); each block's part of the batch is
-    encoded from the stream (ROUND_STREAM, round, block) (`counter`: that stream's first
-    counter, any round and block), chunk by chunk, then its Binomial(users·b_noise, p)
-    noise per coordinate (cjmp.encode_block); the analyzer (cjmp.finish and decode); the
-    update (_advance); the released model's losses (Quadratic).
+    """Rounds [start, start + count) with P_vec (cjmp_vec), as _round_loop runs them
+    (`noise_counter` is unused: P_vec has no curator's noise).
 
     Returns:
       How many rounds ran: `count`, or the first round with a non-finite value.
     """
     dim = theta.size
-    factors = np.empty(chunk)
-    raws, lows = np.empty(-(-dim * chunk // 8), np.uint64), np.empty(-(-dim * chunk // 8), np.uint64)
-    ties = np.empty(dim * chunk, np.int64)
-    rounded = np.zeros(dim, np.int64)
-    ones = np.zeros(dim, np.int64)
-    query, estimate, step, released = np.empty(dim), np.empty(dim), np.empty(dim), np.empty(dim)
-    squares = np.empty(dim)  # what pairwise_sum adds: numpy squares a vector first, then sums it
-    for done in range(count):
-        round_index = start + done
-        alpha = 2.0 / (steps[0] + 2)  # ACSA's
-        _query(rule, alpha, theta, other, query)
-        user = first_user + done * batch
-        stop_user = user + batch
-        ones[:] = 0
-        while user < stop_user:
-            segment_stop = _segment(user, stop_user, block_size, round_index, key, counter, state)
-            for low in range(user, segment_stop, chunk):
-                users = min(chunk, segment_stop - low)
-                rounded[:] = 0
-                if not _rounded_chunk(query, data, low - data_first, users, state, scale_bound, bound, top,
-                                      factors, raws, lows, ties, rounded):
-                    return done
-                ones += rounded
-            for coordinate in range(dim):
-                ones[coordinate] += binomial(state, (segment_stop - user) * b_noise, p)
-            user = segment_stop
-        for coordinate in range(dim):
-            estimate[coordinate] = decode_scale * (np.float64(ones[coordinate] - whole) - fraction) - shift
-        if not _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, step, released, squares):
-            return done
-        excess[done] = _excess(released, optimum, squares)
-        population[done] = excess[done] + half_spread_squared
-    return count
+    words = -(-dim * chunk // 8)
+    work = (np.empty(chunk), np.empty(words, np.uint64), np.empty(words, np.uint64), np.empty(dim * chunk, np.int64),
+            np.zeros(dim, np.int64))
+    return _pvec_rounds(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count,
+                        first_user, batch, block_size, chunk,
+                        (scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift), work, rule, rate,
+                        radius, optimum, half_spread_squared, excess, population)
+
+
+@register_jitable
+def _sum_segment(encoding, work, query, data, first, stop, chunk, state):
+    """sums.SumProtocol.encode_block of a block's users: the chunks' clipped reports
+    (_summed_chunk) summed in floats, then rounded to fixed point, rint(total/quantum), added
+    to the round's units; False on a non-finite value or at 2⁶² units (encode_block's
+    OverflowError)."""
+    norm_bound, quantum, user_noise, central_noise, sigma, local_reports, agreement, report_norm = encoding
+    inputs, norms, local_work, total, units, central = work
+    total[:] = 0.0
+    for low in range(first, stop, chunk):
+        if not _summed_chunk(query, data, low, min(chunk, stop - low), state, norm_bound, user_noise, sigma,
+                             local_reports, agreement, report_norm, inputs, norms, local_work, total):
+            return False
+    for coordinate in range(query.size):
+        rounded = np.rint(total[coordinate] / quantum)
+        if not abs(rounded) < 2.0**62:  # or a NaN
+            return False
+        units[coordinate] += np.int64(rounded)
+    return True
+
+
+@register_jitable
+def _sum_analyzer(encoding, work, round_index, batch, key, noise_counter, state, estimate):
+    """The analyzer's total units·quantum, plus σz from the stream (NOISE_STREAM, round) with
+    `central_noise` (`noise_counter`: its first counter, any round)."""
+    quantum, central_noise, sigma = encoding[1], encoding[3], encoding[4]
+    units, central = work[4], work[5]
+    for coordinate in range(estimate.size):
+        estimate[coordinate] = np.float64(units[coordinate]) * quantum
+    units[:] = 0
+    if central_noise:
+        noise_counter[0], noise_counter[2] = 0, round_index
+        rekey(state, key, noise_counter)
+        standard_normals(state, central, estimate.size)
+        for coordinate in range(estimate.size):
+            estimate[coordinate] = estimate[coordinate] + sigma * central[coordinate]
+    return True
+
+
+_sum_rounds = _round_loop(_sum_segment, _sum_analyzer)
 
 
 @njit(cache=True, nogil=True)
@@ -888,61 +974,47 @@ def rounds_sum(theta, other, steps, data, data_first, key, counter, noise_counte
                batch, block_size, chunk, norm_bound, quantum, user_noise, central_noise, sigma, local_reports,
                agreement, report_norm, rule, rate, radius, optimum, half_spread_squared, excess, population):
     """Rounds [start, start + count) with a sum protocol (sums.SumProtocol: `none`,
-    `central_gaussian`, `shuffle_gaussian`, `local_l2`), as rounds_pvec otherwise.
-
-    Per block (sums.SumProtocol.encode_block, stream (ROUND_STREAM, round, block)): the
-    chunks' clipped reports (_summed_chunk: σ = `sigma` per user with `user_noise`, Duchi et
-    al.'s reports with `local_reports`) summed in floats, then rounded to fixed point,
-    rint(total/quantum), refused at 2⁶² units; blocks added exactly; the analyzer's total units·quantum, plus σz from the stream
-    (NOISE_STREAM, round) with `central_noise` (`noise_counter`: its first counter, any round).
+    `central_gaussian`, `shuffle_gaussian`, `local_l2`), as _round_loop runs them: per block
+    the chunks' reports (σ = `sigma` per user with `user_noise`, Duchi et al.'s reports with
+    `local_reports`) in fixed point, blocks added exactly, and the curator's noise.
 
     Returns:
       How many rounds ran: `count`, or the first round with a non-finite value or a fixed-point overflow.
     """
     dim = theta.size
-    inputs = np.empty(dim * chunk)
-    norms = np.empty(chunk)
     # _duchi_reports' work (signs, sphere's norms, sphere), whose sphere holds shuffle_gaussian's noise too
     local_work = (np.empty(chunk), np.empty(chunk), np.empty(dim * chunk if local_reports or user_noise else 0))
-    central = np.empty(dim)  # the curator's noise
-    total = np.empty(dim)
-    units = np.zeros(dim, np.int64)
-    query, estimate, step, released = np.empty(dim), np.empty(dim), np.empty(dim), np.empty(dim)
-    squares = np.empty(dim)
-    for done in range(count):
-        round_index = start + done
-        alpha = 2.0 / (steps[0] + 2)
-        _query(rule, alpha, theta, other, query)
-        user = first_user + done * batch
-        stop_user = user + batch
-        units[:] = 0
-        while user < stop_user:
-            segment_stop = _segment(user, stop_user, block_size, round_index, key, counter, state)
-            total[:] = 0.0
-            for low in range(user, segment_stop, chunk):
-                if not _summed_chunk(query, data, low - data_first, min(chunk, segment_stop - low), state,
-                                     norm_bound, user_noise, sigma, local_reports, agreement, report_norm,
-                                     inputs, norms, local_work, total):
-                    return done
-            for coordinate in range(dim):
-                rounded = np.rint(total[coordinate] / quantum)
-                if not abs(rounded) < 2.0**62:  # encode_block's OverflowError (or a NaN)
-                    return done
-                units[coordinate] += np.int64(rounded)
-            user = segment_stop
-        for coordinate in range(dim):
-            estimate[coordinate] = np.float64(units[coordinate]) * quantum
-        if central_noise:
-            noise_counter[0], noise_counter[2] = 0, round_index
-            rekey(state, key, noise_counter)
-            standard_normals(state, central, dim)
-            for coordinate in range(dim):
-                estimate[coordinate] = estimate[coordinate] + sigma * central[coordinate]
-        if not _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, step, released, squares):
-            return done
-        excess[done] = _excess(released, optimum, squares)
-        population[done] = excess[done] + half_spread_squared
-    return count
+    work = (np.empty(dim * chunk), np.empty(chunk), local_work, np.empty(dim), np.zeros(dim, np.int64), np.empty(dim))
+    return _sum_rounds(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count,
+                       first_user, batch, block_size, chunk,
+                       (norm_bound, quantum, user_noise, central_noise, sigma, local_reports, agreement, report_norm),
+                       work, rule, rate, radius, optimum, half_spread_squared, excess, population)
+
+
+@register_jitable
+def _girgis_segment(encoding, work, query, data, first, stop, chunk, state):
+    """girgis.encode_block of a block's users, chunk by chunk (_girgis_chunk), into the round's histograms."""
+    kind, coded, width, levels, messages, ball, clip_radius, hadamard, flips, weights, signs = encoding
+    chunk_work, hist = work[:5], work[5]
+    for low in range(first, stop, chunk):
+        if not _girgis_chunk(query, data, low, min(chunk, stop - low), state, kind, coded, width, levels, messages,
+                             ball, clip_radius, hadamard, flips, signs, chunk_work, hist):
+            return False
+    return True
+
+
+@register_jitable
+def _girgis_analyzer(encoding, work, round_index, batch, key, noise_counter, state, estimate):
+    """girgis.decode of the round's histograms (_girgis_estimate): n is their users, the batch."""
+    kind, coded, width, levels, messages, ball, clip_radius, hadamard, flips, weights, signs = encoding
+    hist, sums, spare = work[5], work[6], work[7]
+    _girgis_estimate(hist, batch, kind, estimate.size, coded, width, levels, ball, clip_radius, hadamard, flips,
+                     weights, signs, sums, spare, estimate)
+    hist[:] = 0
+    return True
+
+
+_girgis_rounds = _round_loop(_girgis_segment, _girgis_analyzer)
 
 
 @njit(cache=True, nogil=True)
@@ -950,11 +1022,9 @@ def rounds_girgis(theta, other, steps, data, data_first, key, counter, noise_cou
                   batch, block_size, chunk, kind, coded, width, levels, messages, ball, clip_radius, hadamard, flips,
                   weights, signs, rule, rate, radius, optimum, half_spread_squared, excess, population):
     """Rounds [start, start + count) with Girgis's linf, l2 or l1 randomizer (multi_message's
-    girgis_linf, girgis_l2, girgis_l1: `kind`), as rounds_pvec otherwise (`noise_counter` is unused).
-
-    Per round: each block's part of the batch encoded chunk by chunk from the stream
-    (ROUND_STREAM, round, block) into the round's histograms (_girgis_chunk); the analyzer's
-    estimated sum (_girgis_estimate); the update and losses.
+    girgis_linf, girgis_l2, girgis_l1: `kind`), as _round_loop runs them (`noise_counter` is
+    unused): per block the chunks' messages counted in the round's histograms (_girgis_chunk),
+    then the analyzer (_girgis_estimate).
 
     Returns:
       How many rounds ran: `count`, or the first round with a non-finite value.
@@ -962,30 +1032,9 @@ def rounds_girgis(theta, other, steps, data, data_first, key, counter, noise_cou
     dim = theta.size
     rows, padded = max(coded, dim), coded if kind == _L1 else messages * width  # girgis.statistic_shape
     work = (np.empty(dim * chunk), np.empty(chunk), np.empty(rows * chunk), np.empty(rows * chunk),
-            np.empty(max(messages, 1) * chunk, np.int64))
-    hist = np.zeros((levels, padded, 2), np.int64)
-    sums, spare = np.empty(max(padded, coded)), np.empty(max(padded, coded))
-    query, estimate, step, released = np.empty(dim), np.empty(dim), np.empty(dim), np.empty(dim)
-    squares = np.empty(dim)
-    for done in range(count):
-        round_index = start + done
-        alpha = 2.0 / (steps[0] + 2)
-        _query(rule, alpha, theta, other, query)
-        user = first_user + done * batch
-        stop_user = user + batch
-        hist[:] = 0
-        while user < stop_user:
-            segment_stop = _segment(user, stop_user, block_size, round_index, key, counter, state)
-            for low in range(user, segment_stop, chunk):
-                if not _girgis_chunk(query, data, low - data_first, min(chunk, segment_stop - low), state, kind,
-                                     coded, width, levels, messages, ball, clip_radius, hadamard, flips, signs, work,
-                                     hist):
-                    return done
-            user = segment_stop
-        _girgis_estimate(hist, batch, kind, dim, coded, width, levels, ball, clip_radius, hadamard, flips, weights,
-                         signs, sums, spare, estimate)
-        if not _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, step, released, squares):
-            return done
-        excess[done] = _excess(released, optimum, squares)
-        population[done] = excess[done] + half_spread_squared
-    return count
+            np.empty(max(messages, 1) * chunk, np.int64), np.zeros((levels, padded, 2), np.int64),
+            np.empty(max(padded, coded)), np.empty(max(padded, coded)))
+    return _girgis_rounds(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count,
+                          first_user, batch, block_size, chunk,
+                          (kind, coded, width, levels, messages, ball, clip_radius, hadamard, flips, weights, signs),
+                          work, rule, rate, radius, optimum, half_spread_squared, excess, population)
