@@ -11,7 +11,7 @@ DIM = 10
 
 def _one_round(n_users: int):
     """A one-shard pool of a fully interactive job (planned by the runner), and functions running one
-    round: through the pool (compiled, pipeline.engine.fused.InteractivePvec) and the shard's Python path."""
+    round: through the pool (compiled, pipeline.engine.fused_interactive) and the shard's Python path."""
     job = planned_run(full_gd_tree(n_users, DIM, rounds=1)).job
     pool = LocalPool(job, 1)
     plan = job.schedule.plan(0)

@@ -1,8 +1,8 @@
 """Compiled fully interactive rounds: a shard's share of a round in which every user of the
-population sends its gradient at one query point, with P_vec (cjmp_vec) in exact mode on
-the quadratic problem, as one call of fused_kernel.blocks_pvec over the shard's held users
-instead of about 12 numpy passes (shared/DESIGN.md §5, "Fast paths are twins of the
-reference path").
+population sends its gradient at one query point, with P_vec (cjmp_vec) or a sum protocol
+(none, central_gaussian, shuffle_gaussian, local_l2) in exact mode on the quadratic problem,
+as one call of fused_kernel.blocks_pvec or blocks_sum over the shard's held users instead of
+about 12 numpy passes (shared/DESIGN.md §5, "Fast paths are twins of the reference path").
 
 It is the twin of `Shard.python_partial_counts`: the same streams drawn in the same order
 and the same float operations, so the partial is the same integers on any CPU
@@ -22,13 +22,17 @@ from pipeline.problems.quadratic import Quadratic
 from pipeline.protocols.base import GRADIENTS
 
 
-class InteractivePvec:
-    """A shard's compiled fully interactive rounds with P_vec: each round's share of the
-    statistic from its held users, one kernel call (fused_kernel.blocks_pvec), the twin of
-    Shard.python_partial_counts (cjmp.encode_block over Quadratic gradients), bit for bit.
+# The kernel of a fully interactive round, by the kernel of the protocol's sequential rounds.
+_BLOCK_KERNELS = {"rounds_pvec": "blocks_pvec", "rounds_sum": "blocks_sum"}
+
+
+class InteractiveRounds:
+    """A shard's compiled fully interactive rounds: each round's share of the statistic from
+    its held users, one kernel call (fused_kernel.blocks_pvec or blocks_sum), the twin of
+    Shard.python_partial_counts (the protocol's encode_block over Quadratic gradients), bit for bit.
 
     Args:
-      shard: a Shard holding its users' single records of the quadratic problem (`interactive_pvec`).
+      shard: a Shard holding its users' single records of the quadratic problem (`interactive_rounds`).
     """
 
     def __init__(self, shard):
@@ -42,16 +46,17 @@ class InteractivePvec:
 
     @staticmethod
     def encoding(plan: RoundPlan, params: Any, theta: np.ndarray, protocol: Any) -> Any | None:
-        """The call's P_vec constants when the kernel reproduces this round, else None: every
-        user of the population sends the gradient at one query point, unsmoothed, with P_vec."""
+        """The call's constants when a kernel reproduces this round, else None: every user of
+        the population sends the gradient at one query point, unsmoothed, with P_vec or a sum protocol."""
         if plan.sampling != "all" or plan.smoothing != 0.0 or plan.inputs != GRADIENTS or theta.ndim != 1:
             return None
         encoding = protocol.fused_encoding(params)
-        return encoding if encoding is not None and encoding.kernel == "rounds_pvec" else None
+        return encoding if encoding is not None and encoding.kernel in _BLOCK_KERNELS else None
 
     def partial(self, plan: RoundPlan, params: Any, theta: np.ndarray, encoding: Any) -> Any | None:
         """The shard's partial of the round, as Shard.python_partial_counts; None if a gradient is
-        not finite (the Python path then says which) or no user of the round is here.
+        not finite or a block's sum leaves the fixed-point range (the Python path then says
+        which) or no user of the round is here.
 
         Args:
           plan, params, theta: the round, its protocol call and its query point.
@@ -65,19 +70,18 @@ class InteractivePvec:
         starts = np.array([users.start for _, users in slices], np.int64)
         stops = np.array([users.stop for _, users in slices], np.int64)
         counts = np.empty((blocks.size, theta.size), np.int64)
-        if not self._kernel.blocks_pvec(np.ascontiguousarray(theta, np.float64), shard.data, starts, stops, blocks,
-                                        plan.round, self._key, self._counter, self._state, chunk_users(theta.size),
-                                        encoding.scale_bound, encoding.bound, encoding.top, encoding.b_noise,
-                                        encoding.p, counts):
+        kernel = getattr(self._kernel, _BLOCK_KERNELS[encoding.kernel])
+        if not kernel(np.ascontiguousarray(theta, np.float64), shard.data, starts, stops, blocks, plan.round, self._key,
+                      self._counter, self._state, chunk_users(theta.size), *encoding, counts):
             return None
         return shard.job.protocol.merge([encoding.block_partial(users, ones)
                                          for users, ones in zip((stops - starts).tolist(), counts)])
 
 
-def interactive_pvec(shard) -> InteractivePvec | None:
-    """The shard's compiled fully interactive P_vec rounds, or None when its users are not
+def interactive_rounds(shard) -> InteractiveRounds | None:
+    """The shard's compiled fully interactive rounds, or None when its users are not
     held single records of exactly the quadratic problem in exact mode (then every round
     keeps the Python path; a round the kernel does not reproduce keeps it too)."""
     job = shard.job
     held = shard.data is not None and shard.offsets is None
-    return InteractivePvec(shard) if held and type(job.problem) is Quadratic and job.simulation == "exact" else None
+    return InteractiveRounds(shard) if held and type(job.problem) is Quadratic and job.simulation == "exact" else None

@@ -801,37 +801,6 @@ def _segment(user, stop_user, block_size, round_index, key, counter, state):
     return min(stop_user, (block + 1) * block_size)
 
 
-@njit(cache=True, nogil=True)
-def blocks_pvec(query, data, starts, stops, blocks, round_index, key, counter, state, chunk, scale_bound, bound, top,
-                b_noise, p, counts):
-    """One fully interactive round's P_vec encoding of a shard's blocks (Shard.partial_counts,
-    cjmp.encode_block): block k's users are data columns [starts[k], stops[k]), encoded chunk
-    by chunk from the stream (ROUND_STREAM, round, blocks[k]) (`counter`: that stream's first
-    counter, any round and block), then their noise, one Binomial(users·b_noise, p) draw per
-    coordinate (the caller checks that the trials fit one draw).
-
-    Returns:
-      False if a gradient is not finite, else True with counts[k] = block k's ones.
-    """
-    dim = query.size
-    factors = np.empty(chunk)
-    raws, lows = np.empty(-(-dim * chunk // 8), np.uint64), np.empty(-(-dim * chunk // 8), np.uint64)
-    ties = np.empty(dim * chunk, np.int64)
-    rounded = np.zeros(dim, np.int64)
-    for index in range(blocks.size):
-        counter[0], counter[2], counter[3] = 0, round_index, blocks[index]
-        rekey(state, key, counter)
-        rounded[:] = 0
-        for low in range(starts[index], stops[index], chunk):
-            if not _rounded_chunk(query, data, low, min(chunk, stops[index] - low), state, scale_bound, bound, top,
-                                  factors, raws, lows, ties, rounded):
-                return False
-        trials = (stops[index] - starts[index]) * b_noise
-        for coordinate in range(dim):
-            counts[index, coordinate] = rounded[coordinate] + binomial(state, trials, p)
-    return True
-
-
 def _round_loop(segment, analyzer):
     """A window of sequential rounds (Shard.python_rounds) whose protocol encodes each block's
     part of a round with `segment` and turns the round's encoding into the estimated sum
@@ -906,6 +875,14 @@ def _pvec_analyzer(encoding, work, round_index, batch, key, noise_counter, state
     return True
 
 
+@register_jitable
+def _pvec_work(dim, chunk):
+    """_pvec_segment's work: the clip factors, raw outputs, low bytes and ties of a chunk, and the ones."""
+    words = -(-dim * chunk // 8)
+    return (np.empty(chunk), np.empty(words, np.uint64), np.empty(words, np.uint64), np.empty(dim * chunk, np.int64),
+            np.zeros(dim, np.int64))
+
+
 _pvec_rounds = _round_loop(_pvec_segment, _pvec_analyzer)
 
 
@@ -919,10 +896,7 @@ def rounds_pvec(theta, other, steps, data, data_first, key, counter, noise_count
     Returns:
       How many rounds ran: `count`, or the first round with a non-finite value.
     """
-    dim = theta.size
-    words = -(-dim * chunk // 8)
-    work = (np.empty(chunk), np.empty(words, np.uint64), np.empty(words, np.uint64), np.empty(dim * chunk, np.int64),
-            np.zeros(dim, np.int64))
+    work = _pvec_work(theta.size, chunk)
     return _pvec_rounds(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count,
                         first_user, batch, block_size, chunk,
                         (scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift), work, rule, rate,
@@ -968,6 +942,15 @@ def _sum_analyzer(encoding, work, round_index, batch, key, noise_counter, state,
     return True
 
 
+@register_jitable
+def _sum_work(dim, chunk, user_noise, local_reports):
+    """_sum_segment's work: a chunk's inputs and norms, _duchi_reports' (signs, sphere's norms,
+    sphere, whose sphere holds shuffle_gaussian's noise too), the block's total, the units and
+    the curator's noise."""
+    local_work = (np.empty(chunk), np.empty(chunk), np.empty(dim * chunk if local_reports or user_noise else 0))
+    return np.empty(dim * chunk), np.empty(chunk), local_work, np.empty(dim), np.zeros(dim, np.int64), np.empty(dim)
+
+
 _sum_rounds = _round_loop(_sum_segment, _sum_analyzer)
 
 
@@ -983,10 +966,7 @@ def rounds_sum(theta, other, steps, data, data_first, key, counter, noise_counte
     Returns:
       How many rounds ran: `count`, or the first round with a non-finite value or a fixed-point overflow.
     """
-    dim = theta.size
-    # _duchi_reports' work (signs, sphere's norms, sphere), whose sphere holds shuffle_gaussian's noise too
-    local_work = (np.empty(chunk), np.empty(chunk), np.empty(dim * chunk if local_reports or user_noise else 0))
-    work = (np.empty(dim * chunk), np.empty(chunk), local_work, np.empty(dim), np.zeros(dim, np.int64), np.empty(dim))
+    work = _sum_work(theta.size, chunk, user_noise, local_reports)
     return _sum_rounds(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count,
                        first_user, batch, block_size, chunk,
                        (norm_bound, quantum, user_noise, central_noise, sigma, local_reports, agreement, report_norm),
@@ -1040,3 +1020,54 @@ def rounds_girgis(theta, other, steps, data, data_first, key, counter, noise_cou
                           first_user, batch, block_size, chunk,
                           (kind, coded, width, levels, messages, ball, clip_radius, hadamard, flips, weights, signs),
                           work, rule, rate, radius, optimum, half_spread_squared, excess, population)
+
+
+def _block_loop(segment):
+    """One fully interactive round over a shard's blocks (Shard.partial_counts): block k's users
+    are data columns [starts[k], stops[k]), encoded by the protocol's `segment` (as in
+    _round_loop) from the stream (ROUND_STREAM, round, blocks[k]) (`counter`: that stream's
+    first counter, any round and block) into `accumulator`, which counts[k] then takes. The
+    loop returns False if a segment fails (a non-finite gradient, a fixed-point overflow)."""
+
+    @register_jitable
+    def blocks_of(query, data, starts, stops, blocks, round_index, key, counter, state, chunk, encoding, work,
+                  accumulator, counts):
+        for index in range(blocks.size):
+            counter[0], counter[2], counter[3] = 0, round_index, blocks[index]
+            rekey(state, key, counter)
+            if not segment(encoding, work, query, data, starts[index], stops[index], chunk, state):
+                return False
+            counts[index] = accumulator
+            accumulator[:] = 0
+        return True
+
+    return blocks_of
+
+
+_pvec_blocks = _block_loop(_pvec_segment)
+_sum_blocks = _block_loop(_sum_segment)
+
+
+@njit(cache=True, nogil=True)
+def blocks_pvec(query, data, starts, stops, blocks, round_index, key, counter, state, chunk, scale_bound, bound, top,
+                b_noise, p, whole, fraction, decode_scale, shift, counts):
+    """A fully interactive round's P_vec over a shard's blocks (_block_loop, cjmp.encode_block):
+    counts[k] = block k's ones, its users' rounded sums plus one Binomial(users·b_noise, p)
+    draw per coordinate (the caller checks that the trials fit one draw). The analyzer's
+    constants are unused."""
+    work = _pvec_work(query.size, chunk)
+    return _pvec_blocks(query, data, starts, stops, blocks, round_index, key, counter, state, chunk,
+                        (scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift), work, work[4],
+                        counts)
+
+
+@njit(cache=True, nogil=True)
+def blocks_sum(query, data, starts, stops, blocks, round_index, key, counter, state, chunk, norm_bound, quantum,
+               user_noise, central_noise, sigma, local_reports, agreement, report_norm, counts):
+    """A fully interactive round's sum protocol over a shard's blocks (_block_loop,
+    sums.SumProtocol.encode_block): counts[k] = block k's reports summed in fixed point,
+    rint(total/quantum) (the curator's noise is the analyzer's, after the merge)."""
+    work = _sum_work(query.size, chunk, user_noise, local_reports)
+    return _sum_blocks(query, data, starts, stops, blocks, round_index, key, counter, state, chunk,
+                       (norm_bound, quantum, user_noise, central_noise, sigma, local_reports, agreement, report_norm),
+                       work, work[4], counts)

@@ -93,7 +93,7 @@ class Shard:
 
         self._drawn: tuple[int, np.ndarray] | None = None  # (block, its users' data): the block drawn last
         self._fused = None  # the compiled rounds (False: none for this job), built at the first carried rounds
-        self._interactive = None  # the compiled fully interactive P_vec (False: none), built at the first round
+        self._interactive = None  # the compiled fully interactive rounds (False: none), built at the first round
 
     def users(self) -> int:
         """How many users this shard holds (also a readiness probe for actors)."""
@@ -229,9 +229,9 @@ class Shard:
           The shard's partial, or None if none of its users is in the round.
         """
         if self._interactive is None:
-            from pipeline.engine.fused_interactive import interactive_pvec  # it builds on this module
+            from pipeline.engine.fused_interactive import interactive_rounds  # it builds on this module
 
-            self._interactive = interactive_pvec(self) or False
+            self._interactive = interactive_rounds(self) or False
         encoding = self._interactive.encoding(plan, params, theta, self.job.protocol) if self._interactive else None
         partial = None if encoding is None else self._interactive.partial(plan, params, theta, encoding)
         return self.python_partial_counts(plan, params, theta) if partial is None else partial

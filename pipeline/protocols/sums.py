@@ -186,6 +186,11 @@ class FusedSum(NamedTuple):
     report_norm: float
     kernel = "rounds_sum"  # not a field: the fused_kernel function that twins the call
 
+    @staticmethod
+    def block_partial(users: int, units: np.ndarray) -> FixedPointSum:
+        """A block's partial from its reports' sum in fixed point (encode_block's)."""
+        return FixedPointSum(users, units)
+
 
 class SumProtocol(Protocol):
     """A protocol whose statistic is a (noisy) sum of clipped reports in fixed point.
