@@ -324,13 +324,14 @@ class Protocol(abc.ABC):
         return None
 
     def fused_encoding(self, params: Any) -> tuple | None:
-        """The constants of a call's compiled twin (pipeline.engine.fused; for P_vec's fully
+        """The constants of a call's compiled twin (pipeline.engine.fused; for fully
         interactive rounds, pipeline.engine.fused_interactive), or None: the engine runs the
-        call in Python. P_vec in exact mode and the sum protocols `none`, `central_gaussian`,
-        `shuffle_gaussian` and `local_l2` have one: a NamedTuple whose `kernel` names the
-        pipeline.engine.fused_kernel function that twins the call and whose fields are that
-        function's protocol constants. A protocol that returns one promises that the twin
-        reproduces its encode_block, finish, decode and released_count bit for bit."""
+        call in Python. P_vec in exact mode, the sum protocols `none`, `central_gaussian`,
+        `shuffle_gaussian` and `local_l2`, and Girgis's linf, l2 and l1 randomizers have one:
+        a NamedTuple whose `kernel` names the pipeline.engine.fused_kernel function that twins
+        the call's sequential rounds and whose fields are that function's protocol constants.
+        A protocol that returns one promises that the twin reproduces its encode_block,
+        finish, decode and released_count bit for bit."""
         return None
 
     def check_call(self, params: Any, literal: bool) -> None:
