@@ -169,7 +169,7 @@ def test_a_scaled_value_is_clamped_as_numpys_clip():
     unclamped = gradients * factors + scale_bound
     assert (unclamped < 0.0).any()
     want = np.clip(unclamped, 0.0, top)
-    got = [kernel._scaled(gradient, 0.0, factor, scale_bound, top) for gradient, factor in zip(gradients, factors)]
+    got = [kernel._scaled(gradient, factor, scale_bound, top) for gradient, factor in zip(gradients, factors)]
     assert np.array_equal(got, want)
 
 

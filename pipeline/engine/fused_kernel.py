@@ -413,7 +413,8 @@ def _gradients(query, data, column, users, out, norms):
     """Quadratic.gradients θ − x of a chunk of users (data columns [column, column + users)) into
     `out` in (coordinate, user) order, and their norms, summed coordinate by coordinate
     (numerics.column_norms); False if a gradient is not finite (Shard._compute raises on it).
-    Row by row, without branches, so that the compiler vectorizes the loops (as _clip_factors)."""
+    Row by row, without branches, so that the compiler vectorizes the loops (indexing the 2-d
+    data in the loop, or an early return, made them 3-4 times slower)."""
     dim = query.size
     norms[:users] = 0.0
     for coordinate in range(dim):
@@ -435,38 +436,13 @@ def _gradients(query, data, column, users, out, norms):
 
 
 @njit(cache=True)
-def _clip_factors(query, data, column, users, scale_bound, bound, factors):
-    """cjmp._shift_and_scale's per-user factor (g/Δ·256)·Δ₂/max(‖θ − x‖, Δ₂) of a chunk of
-    users (data columns [column, column + users)) into `factors`, the norms summed coordinate
-    by coordinate (numerics.column_norms); False if a gradient is not finite (Shard._compute
-    raises on it). Loops run over a row's users, without branches, which the compiler
-    vectorizes (indexing the 2-d data in the loop, or an early return, made them 3-4 times slower)."""
-    dim = query.size
-    factors[:users] = 0.0
-    for coordinate in range(dim):
-        centre, row = query[coordinate], data[coordinate, column: column + users]
-        for user in range(users):
-            gradient = centre - row[user]
-            factors[user] += gradient * gradient
-    overflow = False  # an infinite or NaN gradient, or a finite one whose square overflows
-    for user in range(users):
-        overflow |= not np.isfinite(factors[user])
-        factors[user] = scale_bound / max(np.sqrt(factors[user]), bound)
-    if overflow:
-        for coordinate in range(dim):
-            for user in range(users):
-                if not np.isfinite(query[coordinate] - data[coordinate, column + user]):
-                    return False
-    return True
-
-
-@njit(cache=True)
-def _scaled(centre, value, factor, scale_bound, top):
+def _scaled(gradient, factor, scale_bound, top):
     """One user-coordinate's 256·s: its gradient clipped and scaled, shifted, clamped to [0, top]
     (cjmp._shift_and_scale's multiply, add and clip, rounded as numpy rounds them)."""
-    return min(max((centre - value) * factor + scale_bound, 0.0), top)
+    return min(max(gradient * factor + scale_bound, 0.0), top)
 
 
+_LOW_BYTE = np.uint64(0xFF)
 _ONES_BYTES = np.uint64(0x0101010101010101)
 _HIGH_BITS = np.uint64(0x8080808080808080)
 
@@ -482,46 +458,48 @@ def _note_ties(lows, size, ties):
         if (complement - _ONES_BYTES) & ~complement & _HIGH_BITS:
             for byte in range(8):
                 index = 8 * word + byte
-                if index < size and (lows[word] >> np.uint64(8 * byte)) & _LAYER == _LAYER:
+                if index < size and (lows[word] >> np.uint64(8 * byte)) & _LOW_BYTE == _LOW_BYTE:
                     ties[count] = index
                     count += 1
     return count
 
 
 @njit(cache=True)
-def _rounded_chunk(query, data, column, users, state, scale_bound, bound, top, factors, raws, lows, ties, rounded):
+def _rounded_chunk(query, data, column, users, state, scale_bound, bound, top, gradients, factors, raws, lows, ties,
+                   rounded):
     """cjmp._rounded_sum of one chunk of users (data columns [column, column + users)), added
     to `rounded`; False if a gradient is not finite.
 
-    The clip-and-scale factors (_clip_factors); the fixed point T + U with one random byte U
-    per coordinate, bytes in (coordinate, user) order from ⌈size/8⌉ raw outputs (fill_raw,
-    read as little-endian bytes as numpy's `view(np.uint8)`); the low bytes of T + U kept to
-    find the ties after the loop (noting them inside it kept the loop from being vectorized:
-    twice as slow); then one uniform per tie, in order.
+    The gradients and norms (_gradients) and the clip-and-scale factors (g/Δ·256)·Δ₂/max(‖g‖, Δ₂)
+    of cjmp._shift_and_scale; the fixed point T + U with one random byte U per coordinate, bytes
+    in (coordinate, user) order from ⌈size/8⌉ raw outputs (fill_raw, read as little-endian bytes
+    as numpy's `view(np.uint8)`); the low bytes of T + U kept to find the ties after the loop
+    (noting them inside it kept the loop from being vectorized: twice as slow); then one
+    uniform per tie, in order.
     """
     dim = query.size
-    if not _clip_factors(query, data, column, users, scale_bound, bound, factors):
+    if not _gradients(query, data, column, users, gradients, factors):
         return False
+    for user in range(users):
+        factors[user] = scale_bound / max(factors[user], bound)
     size = dim * users
     words = (size + 7) // 8
     fill_raw(state, raws, words)
     random_bytes, low_bytes = raws.view(np.uint8), lows.view(np.uint8)
     for coordinate in range(dim):
-        centre, row = query[coordinate], data[coordinate, column: column + users]
         first = coordinate * users
+        row = gradients[first: first + users]
         row_bytes, row_lows = random_bytes[first: first + users], low_bytes[first: first + users]
         whole = 0
         for user in range(users):
-            fixed = np.uint32(_scaled(centre, row[user], factors[user], scale_bound, top)) + np.uint32(row_bytes[user])
+            fixed = np.uint32(_scaled(row[user], factors[user], scale_bound, top)) + np.uint32(row_bytes[user])
             row_lows[user] = np.uint8(fixed & 0xFF)
             whole += np.int64(fixed >> 8)
         rounded[coordinate] += whole
     for tie in range(_note_ties(lows[:words], size, ties)):
-        coordinate = ties[tie] // users
-        user = ties[tie] - coordinate * users
-        value = _scaled(query[coordinate], data[coordinate, column + user], factors[user], scale_bound, top)
+        value = _scaled(gradients[ties[tie]], factors[ties[tie] % users], scale_bound, top)
         if next_double(state) >= 1.0 - (value - np.floor(value)):
-            rounded[coordinate] += 1
+            rounded[ties[tie] // users] += 1
     return True
 
 
@@ -864,10 +842,10 @@ def _pvec_segment(encoding, work, query, data, first, stop, chunk, state):
     """cjmp.encode_block of a block's users: the chunks' rounded sums (_rounded_chunk), then
     one Binomial(users·b_noise, p) per coordinate, added to the round's ones."""
     scale_bound, bound, top, b_noise, p = encoding[:5]
-    factors, raws, lows, ties, ones = work
+    gradients, factors, raws, lows, ties, ones = work
     for low in range(first, stop, chunk):
-        if not _rounded_chunk(query, data, low, min(chunk, stop - low), state, scale_bound, bound, top, factors, raws,
-                              lows, ties, ones):
+        if not _rounded_chunk(query, data, low, min(chunk, stop - low), state, scale_bound, bound, top, gradients,
+                              factors, raws, lows, ties, ones):
             return False
     for coordinate in range(query.size):
         ones[coordinate] += binomial(state, (stop - first) * b_noise, p)
@@ -878,7 +856,7 @@ def _pvec_segment(encoding, work, query, data, first, stop, chunk, state):
 def _pvec_analyzer(encoding, work, round_index, batch, key, noise_counter, state, estimate):
     """cjmp.finish and decode: (Δ/g)·(ones − n·b_noise·p) − n·Δ₂, the mean split exactly."""
     whole, fraction, decode_scale, shift = encoding[5:]
-    ones = work[4]
+    ones = work[5]
     for coordinate in range(estimate.size):
         estimate[coordinate] = decode_scale * (np.float64(ones[coordinate] - whole) - fraction) - shift
     ones[:] = 0
@@ -887,10 +865,11 @@ def _pvec_analyzer(encoding, work, round_index, batch, key, noise_counter, state
 
 @register_jitable
 def _pvec_work(dim, chunk):
-    """_pvec_segment's work: the clip factors, raw outputs, low bytes and ties of a chunk, and the ones."""
+    """_pvec_segment's work: the gradients, clip factors, raw outputs, low bytes and ties of a
+    chunk, and the ones."""
     words = -(-dim * chunk // 8)
-    return (np.empty(chunk), np.empty(words, np.uint64), np.empty(words, np.uint64), np.empty(dim * chunk, np.int64),
-            np.zeros(dim, np.int64))
+    return (np.empty(dim * chunk), np.empty(chunk), np.empty(words, np.uint64), np.empty(words, np.uint64),
+            np.empty(dim * chunk, np.int64), np.zeros(dim, np.int64))
 
 
 _pvec_rounds = _round_loop(_pvec_segment, _pvec_analyzer)
@@ -1067,7 +1046,7 @@ def blocks_pvec(query, data, starts, stops, blocks, round_index, key, counter, s
     constants are unused."""
     work = _pvec_work(query.size, chunk)
     return _pvec_blocks(query, data, starts, stops, blocks, round_index, key, counter, state, chunk,
-                        (scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift), work, work[4],
+                        (scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift), work, work[5],
                         counts)
 
 
