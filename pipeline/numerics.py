@@ -50,3 +50,19 @@ def column_sums(values: np.ndarray) -> np.ndarray:
     if values.shape[1] != 1:
         return values.sum(axis=0)
     return np.add.accumulate(values[:, 0])[-1:]
+
+
+def ordered_dot(a: np.ndarray, b: np.ndarray) -> float:
+    """Σ_i a[i]·b[i] of two vectors, each product rounded and added to the running sum from the first.
+
+    `a @ b` calls the BLAS's dot product, whose summation order (SIMD lanes, unrolling) is the
+    CPU kernel's, so its last bits differ between machines; this order is the same everywhere,
+    and the compiled rounds (fused_kernel) twin it.
+
+    Args:
+      a, b: vectors of one length, at least 1.
+
+    Returns:
+      The sum, a float.
+    """
+    return float(np.add.accumulate(np.multiply(a, b))[-1])

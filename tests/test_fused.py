@@ -19,6 +19,7 @@ from pipeline.engine import fused
 from pipeline.engine import fused_kernel as philox  # its generator part
 from pipeline.engine.fused_kernel import pairwise_sum
 from pipeline.engine.fused import TAPE_RAWS
+from pipeline.engine.fused_problem import fused_problem
 from pipeline.engine.layout import counter, run_key, stream
 from pipeline.engine.shard import Shard
 from pipeline.errors import NonFiniteError
@@ -29,9 +30,10 @@ from pipeline.protocols.cjmp import CjmpVec
 
 def _tree(n_users: int, dim: int, block_size: int, batch_size: int | None = None, accounting: str = "tight",
           seed: int = 0, name: str = "seq_sgd", protocol: str | None = None, epsilon: float = 1.0,
-          levels: int | None = None, messages: int | None = None, **optimizer) -> dict:
+          levels: int | None = None, messages: int | None = None, problem: str = "quadratic",
+          **optimizer) -> dict:
     options = {key: value for key, value in (("levels", levels), ("messages", messages)) if value}
-    return {"experiment": "fused", "problem": {"name": "quadratic", "dim": dim, "radius": 1.0},
+    return {"experiment": "fused", "problem": {"name": problem, "dim": dim, "radius": 1.0},
             "n_users": n_users,
             "optimizer": {"name": name, **({"batch_size": batch_size} if batch_size else {}), **optimizer},
             "privacy": {"epsilon": epsilon, "delta": 1e-6, "accounting": accounting,
@@ -269,6 +271,25 @@ CASES = {
                                                         seed=6),
     "pan_agd (central_gaussian, fixed noise)": dict(n_users=20_000, dim=10, block_size=1000, name="pan_agd",
                                                     protocol="central_gaussian", epsilon=0.5, accounting="paper"),
+    # The finite problems (fused_problem): sign(θ − x) (+ λθ), whose P_vec bytes tie often, the
+    # Moreau envelope's β(θ − prox θ) (seq_agd_smoothed, both priced), and the losses' weighted sums.
+    "absolute": dict(n_users=20_000, dim=10, block_size=4096, problem="absolute"),
+    "absolute, seq_agd_smoothed (paper)": dict(n_users=20_000, dim=5, block_size=1000, problem="absolute",
+                                               name="seq_agd_smoothed", accounting="paper", seed=1),
+    "absolute, seq_agd_smoothed (calibrated), d = 1, one-user segments": dict(
+        n_users=3_000, dim=1, block_size=64, batch_size=21, problem="absolute", name="seq_agd_smoothed",
+        parameters="calibrated", seed=2),
+    "elastic, shuffle_gaussian, batches straddling blocks": dict(n_users=6_000, dim=3, block_size=100,
+                                                                 problem="elastic", protocol="shuffle_gaussian",
+                                                                 seed=3),
+    "elastic, seq_agd_smoothed (calibrated), local_l2": dict(n_users=20_000, dim=10, block_size=1000,
+                                                             problem="elastic", name="seq_agd_smoothed",
+                                                             parameters="calibrated", protocol="local_l2", seed=4),
+    "elastic, seq_agd_smoothed, girgis_l2, several chunks a round (d = 100)": dict(
+        n_users=20_000, dim=100, block_size=4096, batch_size=2000, problem="elastic", name="seq_agd_smoothed",
+        protocol="girgis_l2", accounting="paper", seed=5),
+    "elastic, seq_phased, girgis_linf": dict(n_users=6_000, dim=5, block_size=512, problem="elastic",
+                                              name="seq_phased", protocol="girgis_linf", accounting="paper", seed=6),
 }
 
 
@@ -315,7 +336,8 @@ def test_a_girgis_chunk_gives_encode_blocks_histograms(kind, dim, messages, leve
     work = (np.empty(dim * users), np.empty(users), np.empty(rows * users), np.empty(rows * users),
             np.empty(messages * users, np.int64))
     got = np.zeros_like(want)
-    assert philox._girgis_chunk(np.zeros(dim), -inputs, 0, users, fused.state_words(stream(0, 2, users, 1)),
+    quadratic = tuple(fused_problem(Quadratic(dim, 1.0)))  # its gradients at θ = 0 are the inputs
+    assert philox._girgis_chunk(quadratic, np.zeros(dim), -inputs, 0, users, fused.state_words(stream(0, 2, users, 1)),
                                 *encoding[:8], encoding.flips, encoding.signs, work, got)
     assert params.padded_dim > params.coded_dim or kind != "linf"
     assert np.array_equal(got, want)
@@ -418,9 +440,10 @@ def test_a_subclass_keeps_the_python_path(what):
     {"privacy": {"epsilon": 1.0, "delta": 1e-6, "honest_fraction": 0.9}},
     {"optimizer": {"name": "full_gd", "rounds": 3}},
     {"optimizer": {"name": "full_phased"}},
-    {"optimizer": {"name": "seq_agd_smoothed"}},
+    {"optimizer": {"name": "seq_agd_smoothed"}},  # the quadratic's envelope has no twin
     {"execution": {"backend": "local", "shards": 1, "block_size": 256, "simulation": "literal"}},
-    {"problem": {"name": "logistic", "dim": 3}},
+    {"problem": {"name": "logistic", "dim": 3}},  # numpy's SIMD exp and log are not libm's
+    {"problem": {"name": "lb_convex", "dim": 3}},
 ])
 def test_other_runs_keep_the_python_path(change):
     tree = _tree(n_users=2_000, dim=3, block_size=256)

@@ -19,8 +19,8 @@ from pipeline.errors import NonFiniteError
 
 
 def _tree(n_users: int, dim: int, block_size: int, optimizer: str = "full_gd", accounting: str = "tight",
-          seed: int = 0, protocol: str | None = None, shards: int = 1, **privacy) -> dict:
-    return {"experiment": "fused_interactive", "problem": {"name": "quadratic", "dim": dim, "radius": 1.0},
+          seed: int = 0, protocol: str | None = None, shards: int = 1, problem: str = "quadratic", **privacy) -> dict:
+    return {"experiment": "fused_interactive", "problem": {"name": problem, "dim": dim, "radius": 1.0},
             "n_users": n_users, "optimizer": {"name": optimizer, "rounds": 3},
             "privacy": {"epsilon": 1.0, "delta": 1e-6, "accounting": accounting,
                         **({"protocol": protocol} if protocol else {}), **privacy},
@@ -50,6 +50,15 @@ CASES = {
     "local_l2, a one-user chunk": dict(n_users=2 * 21_845 + 1, dim=3, block_size=65_536, protocol="local_l2"),
     "none, d = 100": dict(n_users=3_000, dim=100, block_size=1024, protocol="none", seed=8),
     "central_gaussian, d = 1": dict(n_users=5_000, dim=1, block_size=1024, protocol="central_gaussian", seed=9),
+    # The finite problems' gradients (fused_problem): sign(θ − x) (+ λθ) and the Moreau envelope's.
+    "absolute": dict(n_users=20_000, dim=10, block_size=4096, problem="absolute", seed=10),
+    "absolute, full_gd_smoothed, a one-user chunk": dict(n_users=2 * 21_845 + 1, dim=3, block_size=65_536,
+                                                         problem="absolute", optimizer="full_gd_smoothed", seed=11),
+    "elastic, full_gd_smoothed, shuffle_gaussian": dict(n_users=5_000, dim=10, block_size=1024, problem="elastic",
+                                                        optimizer="full_gd_smoothed", protocol="shuffle_gaussian",
+                                                        seed=12),
+    "elastic, local_l2, d = 1": dict(n_users=5_000, dim=1, block_size=1024, problem="elastic", protocol="local_l2",
+                                     seed=13),
 }
 # Query points: near the data (no clipping), and far from it (every gradient clipped, some
 # coordinates clamped at 0 and at the top).

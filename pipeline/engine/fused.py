@@ -1,21 +1,21 @@
-"""Fused sequential rounds: a shard's carried rounds of seq_sgd (P_SGD), seq_agd and pan_agd
-(AC-SA) or seq_phased (its AC-SA phases in turn) with P_vec, a sum protocol (none,
+"""Fused sequential rounds: a shard's carried rounds of seq_sgd (P_SGD), seq_agd, seq_agd_smoothed
+and pan_agd (AC-SA) or seq_phased (its AC-SA phases in turn) with P_vec, a sum protocol (none,
 central_gaussian, shuffle_gaussian, local_l2) or Girgis's linf, l2 and l1 randomizers in exact
-mode on the quadratic problem, run as one
-compiled function per window of rounds instead of ~22 numpy calls a round
-(shared/DESIGN.md §5, "Fast paths are twins of the reference path").
+mode on the quadratic, absolute or elastic problem (or the Moreau envelope of the last two:
+pipeline.engine.fused_problem), run as one compiled function per window of rounds instead of
+~22 numpy calls a round (shared/DESIGN.md §5, "Fast paths are twins of the reference path").
 
 The compiled rounds (pipeline.engine.fused_kernel) are a twin of `Shard.python_rounds`:
 the same counter-based streams drawn in the same order (pipeline.engine.fused_kernel) and the
 same float operations in the same order, so every round's θ, estimate and losses are
 bit-identical to the Python path's, on any CPU (tests/test_fused.py checks them round by
 round). Anything else (a plug-in or subclass, another problem, protocol or optimizer,
-sampled users, dropouts, records, smoothing) keeps the Python path: `fused_rounds` says None.
+sampled users, dropouts, records) keeps the Python path: `fused_rounds` says None.
 
-The users of a block are Shard.draw_block's, bit for bit, drawn in compiled code: the raw
-Philox outputs in bulk, numpy's ziggurat and Quadratic.from_normals (`compiled_normals`,
-fused_kernel.quadratic_users): numpy's own standard_normal took twice as long, and the
-rounds waited for it.
+The users of a block are Shard.draw_block's, bit for bit; the quadratic's are drawn in compiled
+code: the raw Philox outputs in bulk, numpy's ziggurat and Quadratic.from_normals
+(`compiled_normals`, fused_kernel.quadratic_users): numpy's own standard_normal took twice as
+long, and the rounds waited for it.
 
 A record's `seconds` is its window's time (the wait for its users' draw included) divided
 by its rounds (timing each round inside the compiled loop would slow it).
@@ -28,6 +28,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
+from pipeline.engine.fused_problem import fused_problem
 from pipeline.engine.layout import DATA_STREAM, NOISE_STREAM, ROUND_STREAM, counter, run_key, stream
 from pipeline.engine.rounds import RoundRecords
 from pipeline.engine.shard import chunk_users, drawn_per_block
@@ -37,14 +38,15 @@ from pipeline.optimizers.base import RoundGroup
 from pipeline.optimizers.phased import SeqPhased
 from pipeline.optimizers.seq_agd import SeqAGD
 from pipeline.problems.quadratic import Quadratic
+from pipeline.problems.smoothed import gradient_problem
 from pipeline.protocols.base import GRADIENTS
 
 # What a group must leave at its defaults to be fused: every user of a contiguous batch
-# sends one gradient, with no sampling, dropouts, records or smoothing.
+# sends one gradient, with no sampling, dropouts or records (a phase's smoothing is its problem's).
 _PLAIN = RoundGroup(rounds=1, users=1, first_user=0, user_stride=1, epsilon=1.0, delta=0.0, norm_bound=1.0)
 # (A fixed noise, pan_agd's, is the protocol's σ: its fused constants carry it.)
 _PLAIN_FIELDS = ("folds", "sampling", "sample_size", "rate", "noisy_max", "honest_fraction",
-                 "smoothing", "records_per_round", "per_record", "records_min")
+                 "records_per_round", "per_record", "records_min")
 
 
 class _Rule(NamedTuple):
@@ -96,7 +98,8 @@ def _compiled(optimizer: Any) -> bool:
 
 def fusable(job: Any) -> bool:
     """Whether a job's carried rounds have a compiled twin: exactly P_SGD's averaged
-    projected steps or AC-SA's (_RULES; seq_phased's phases), exactly the quadratic problem,
+    projected steps or AC-SA's (_RULES; seq_phased's phases), a problem with a compiled twin
+    (fused_problem: the quadratic, absolute, elastic or the envelope of either),
     a protocol with a `fused_encoding` for every group's call (P_vec or a sum protocol, in
     exact mode), users drawn per block, and plain sequential groups.
 
@@ -105,11 +108,13 @@ def fusable(job: Any) -> bool:
     """
     if not _compiled(job.optimizer):
         return False
-    if type(job.problem) is not Quadratic or job.simulation != "exact" or not drawn_per_block(job):
+    if job.simulation != "exact" or not drawn_per_block(job):
         return False
     schedule = job.schedule
     plain = all(group.user_stride == group.users and all(getattr(group, name) == getattr(_PLAIN, name)
-                                                         for name in _PLAIN_FIELDS) for group in schedule.groups)
+                                                         for name in _PLAIN_FIELDS)
+                and fused_problem(gradient_problem(job.problem, group.smoothing)) is not None
+                for group in schedule.groups)
     return plain and schedule.inputs == GRADIENTS and all(
         job.protocol.fused_encoding(job.protocol.planned(schedule.plan(first), job.problem.dim)) is not None
         for first in schedule.group_starts)
@@ -162,21 +167,31 @@ class FusedRounds:
         self._counter = counter(ROUND_STREAM, 0, 0)  # rewritten by the kernel for every (round, block)
         self._noise_counter = counter(NOISE_STREAM, 0)  # for every round of a central curator's noise
         self._generator = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
+        self._problems: dict[float, tuple] = {}  # fused_problem by a group's smoothing
         # Blocks drawn or being drawn: a round may straddle the last one and the next, and the
         # block after is drawn in a thread while the kernel (which releases the GIL) runs rounds.
         self._blocks: dict[int, Future] = {}
         self._ahead = ThreadPoolExecutor(1, thread_name_prefix="fused-draw")
 
     def draw_block(self, block: int) -> np.ndarray:
-        """Shard.draw_block(block), bit for bit: Quadratic.from_normals of `compiled_normals`,
-        in one compiled pass (fused_kernel.quadratic_users)."""
+        """Shard.draw_block(block), bit for bit: the quadratic's Quadratic.from_normals of
+        `compiled_normals`, in one compiled pass (fused_kernel.quadratic_users); a finite
+        problem's from numpy (its rng.choice is one uniform a user, no bottleneck)."""
         job, problem = self._job, self._job.problem
+        if type(problem) is not Quadratic:
+            return self._shard.draw_block(block)
         first, stop = job.layout.block_users(block)
         users = np.empty((problem.dim, stop - first))
         self._kernel.quadratic_users(state_words(stream(job.seed, DATA_STREAM, block)), users,
                                      np.empty(max(1, min(TAPE_RAWS, users.size)), np.uint64), problem.spread,
                                      np.asarray(problem.optimum, np.float64), np.empty(stop - first))
         return users
+
+    def _problem(self, smoothing: float) -> tuple:
+        """The kernel's `problem` of a group that smooths with `smoothing` (fused_problem)."""
+        if smoothing not in self._problems:
+            self._problems[smoothing] = tuple(fused_problem(gradient_problem(self._job.problem, smoothing)))
+        return self._problems[smoothing]
 
     def _block(self, block: int) -> Future:
         if block not in self._blocks:
@@ -221,8 +236,9 @@ class FusedRounds:
             excess, population = np.empty(end - round_index), np.empty(end - round_index)
             window = (theta, other, steps, data, data_first, self._key, self._counter)
             rounds = (round_index, end - round_index, first_user, batch, job.block_size, chunk_users(problem.dim))
-            step = (getattr(self._kernel, rule.kernel_rule), rule.rate(optimizer), problem.radius,
-                    np.asarray(problem.optimum), 0.5 * problem.spread**2, excess, population)
+            # π is the ball's (ball_projection) for every problem with a twin; an envelope's is its base's
+            step = (getattr(self._kernel, rule.kernel_rule), rule.rate(optimizer), problem.unsmoothed.radius,
+                    self._problem(group.smoothing), excess, population)
             encoding = job.protocol.fused_encoding(params)
             done = getattr(self._kernel, encoding.kernel)(*window, self._noise_counter, self._generator, *rounds,
                                                           *encoding, *step)

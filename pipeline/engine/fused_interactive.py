@@ -1,6 +1,7 @@
 """Compiled fully interactive rounds: a shard's share of a round in which every user of the
 population sends its gradient at one query point, with P_vec (cjmp_vec) or a sum protocol
-(none, central_gaussian, shuffle_gaussian, local_l2) in exact mode on the quadratic problem,
+(none, central_gaussian, shuffle_gaussian, local_l2) in exact mode on a problem with a compiled
+twin (pipeline.engine.fused_problem: the quadratic, absolute, elastic, or the envelope of either),
 as one call of fused_kernel.blocks_pvec or blocks_sum over the shard's held users instead of
 about 12 numpy passes (shared/DESIGN.md §5, "Fast paths are twins of the reference path").
 
@@ -15,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.engine.fused_problem import fused_problem
 from pipeline.engine.layout import ROUND_STREAM, counter, run_key
 from pipeline.engine.shard import chunk_users
 from pipeline.optimizers.base import RoundPlan
-from pipeline.problems.quadratic import Quadratic
 from pipeline.protocols.base import GRADIENTS
 
 
@@ -29,10 +30,10 @@ _BLOCK_KERNELS = {"rounds_pvec": "blocks_pvec", "rounds_sum": "blocks_sum"}
 class InteractiveRounds:
     """A shard's compiled fully interactive rounds: each round's share of the statistic from
     its held users, one kernel call (fused_kernel.blocks_pvec or blocks_sum), the twin of
-    Shard.python_partial_counts (the protocol's encode_block over Quadratic gradients), bit for bit.
+    Shard.python_partial_counts (the protocol's encode_block over the problem's gradients), bit for bit.
 
     Args:
-      shard: a Shard holding its users' single records of the quadratic problem (`interactive_rounds`).
+      shard: a Shard holding its users' single records of a problem with a twin (`interactive_rounds`).
     """
 
     def __init__(self, shard):
@@ -43,6 +44,7 @@ class InteractiveRounds:
         self._key = run_key(shard.job.seed)
         self._counter = counter(ROUND_STREAM, 0, 0)  # rewritten by the kernel for every block
         self._state = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
+        self._problem = tuple(fused_problem(shard.job.problem))
 
     @staticmethod
     def encoding(plan: RoundPlan, params: Any, theta: np.ndarray, protocol: Any) -> Any | None:
@@ -71,7 +73,7 @@ class InteractiveRounds:
         stops = np.array([users.stop for _, users in slices], np.int64)
         counts = np.empty((blocks.size, theta.size), np.int64)
         kernel = getattr(self._kernel, _BLOCK_KERNELS[encoding.kernel])
-        if not kernel(np.ascontiguousarray(theta, np.float64), shard.data, starts, stops, blocks, plan.round, self._key,
+        if not kernel(self._problem, np.ascontiguousarray(theta, np.float64), shard.data, starts, stops, blocks, plan.round, self._key,
                       self._counter, self._state, chunk_users(theta.size), *encoding, counts):
             return None
         return shard.job.protocol.merge([encoding.block_partial(users, ones)
@@ -80,8 +82,9 @@ class InteractiveRounds:
 
 def interactive_rounds(shard) -> InteractiveRounds | None:
     """The shard's compiled fully interactive rounds, or None when its users are not
-    held single records of exactly the quadratic problem in exact mode (then every round
+    held single records of a problem with a compiled twin (fused_problem) in exact mode (then every round
     keeps the Python path; a round the kernel does not reproduce keeps it too)."""
     job = shard.job
     held = shard.data is not None and shard.offsets is None
-    return InteractiveRounds(shard) if held and type(job.problem) is Quadratic and job.simulation == "exact" else None
+    twin = fused_problem(job.problem) is not None
+    return InteractiveRounds(shard) if held and twin and job.simulation == "exact" else None

@@ -28,6 +28,8 @@ from numba.cpython._binomial import make_binomial_btpe
 from numba.np.random._constants import fi_double, ki_double, wi_double, ziggurat_nor_inv_r, ziggurat_nor_r
 from numba.np.random.distributions import _binomial_btpe_squeeze
 
+from pipeline.engine.fused_problem import QUADRATIC, SIGN
+
 
 # --- the generator ----------------------------------------------------------------------
 
@@ -409,21 +411,52 @@ def pairwise_sum(values, first, count):
 
 
 @njit(cache=True)
-def _gradients(query, data, column, users, out, norms):
-    """Quadratic.gradients θ − x of a chunk of users (data columns [column, column + users)) into
+def _sign(value):
+    """numpy's sign of a float: ±1, 0 for ±0 (a positive zero), NaN for NaN."""
+    if value > 0.0:
+        return 1.0
+    if value < 0.0:
+        return -1.0
+    return 0.0 if value == 0.0 else value
+
+
+@njit(cache=True)
+def _gradients(problem, query, data, column, users, out, norms):
+    """The problem's gradients of a chunk of users (data columns [column, column + users)) into
     `out` in (coordinate, user) order, and their norms, summed coordinate by coordinate
     (numerics.column_norms); False if a gradient is not finite (Shard._compute raises on it).
+    `problem` is fused_problem.FusedProblem: Quadratic's θ − x, Absolute's sign(θ − x) plus
+    Elastic's λθ, or the Moreau envelope's β(θ − prox(θ)) with the prox of Absolute or
+    Elastic, each operation in the order numpy applies it to the (d, users) array.
     Row by row, without branches, so that the compiler vectorizes the loops (indexing the 2-d
     data in the loop, or an early return, made them 3-4 times slower)."""
+    kind, ridge, beta, denominator, threshold = problem[0], problem[1], problem[2], problem[3], problem[4]
     dim = query.size
     norms[:users] = 0.0
     for coordinate in range(dim):
         centre, row = query[coordinate], data[coordinate, column: column + users]
         target = out[coordinate * users: (coordinate + 1) * users]
-        for user in range(users):
-            gradient = centre - row[user]
-            target[user] = gradient
-            norms[user] += gradient * gradient
+        if kind == QUADRATIC:
+            for user in range(users):
+                gradient = centre - row[user]
+                target[user] = gradient
+                norms[user] += gradient * gradient
+        elif kind == SIGN:
+            shift = ridge * centre  # Elastic's out += λθ (+0.0 for Absolute: the same bits)
+            for user in range(users):
+                gradient = _sign(centre - row[user]) + shift
+                target[user] = gradient
+                norms[user] += gradient * gradient
+        else:  # ENVELOPE: np.multiply(β, θ − (x + sign(gap)·np.maximum(|gap| − t, 0)))
+            middle = centre / denominator
+            for user in range(users):
+                gap = middle - row[user]
+                shrunk = np.abs(gap) - threshold
+                if shrunk < 0.0:  # np.maximum(shrunk, 0.0); a NaN stays
+                    shrunk = 0.0
+                gradient = beta * (centre - (row[user] + _sign(gap) * shrunk))
+                target[user] = gradient
+                norms[user] += gradient * gradient
     overflow = False  # an infinite or NaN gradient, or a finite one whose square overflows
     for user in range(users):
         overflow |= not np.isfinite(norms[user])
@@ -465,7 +498,7 @@ def _note_ties(lows, size, ties):
 
 
 @njit(cache=True)
-def _rounded_chunk(query, data, column, users, state, scale_bound, bound, top, gradients, factors, raws, lows, ties,
+def _rounded_chunk(problem, query, data, column, users, state, scale_bound, bound, top, gradients, factors, raws, lows, ties,
                    rounded):
     """cjmp._rounded_sum of one chunk of users (data columns [column, column + users)), added
     to `rounded`; False if a gradient is not finite.
@@ -478,7 +511,7 @@ def _rounded_chunk(query, data, column, users, state, scale_bound, bound, top, g
     uniform per tie, in order.
     """
     dim = query.size
-    if not _gradients(query, data, column, users, gradients, factors):
+    if not _gradients(problem, query, data, column, users, gradients, factors):
         return False
     for user in range(users):
         factors[user] = scale_bound / max(factors[user], bound)
@@ -545,7 +578,7 @@ def _duchi_reports(inputs, dim, users, state, radius, agreement, report_norm, no
 
 
 @njit(cache=True)
-def _summed_chunk(query, data, column, users, state, norm_bound, user_noise, user_sigma, local_reports, agreement,
+def _summed_chunk(problem, query, data, column, users, state, norm_bound, user_noise, user_sigma, local_reports, agreement,
                   report_norm, inputs, norms, local_work, total):
     """sums._reports of one chunk of users (data columns [column, column + users)), summed per
     coordinate as `.sum(axis=1)` sums a (d, users) row (numpy's pairwise sum) and added to
@@ -556,7 +589,7 @@ def _summed_chunk(query, data, column, users, state, norm_bound, user_noise, use
     reports (local_l2) Duchi et al.'s randomizer (_duchi_reports).
     """
     dim = query.size
-    if not _gradients(query, data, column, users, inputs, norms):
+    if not _gradients(problem, query, data, column, users, inputs, norms):
         return False
     for user in range(users):  # the norms become the clip factors (_duchi_reports recomputes the norms)
         norms[user] = min(1.0, norm_bound / max(norms[user], 1e-300))
@@ -650,7 +683,7 @@ def _girgis_l1(inputs, users, state, coded, ball, hadamard, units, spare, indice
 
 
 @njit(cache=True)
-def _girgis_chunk(query, data, column, users, state, kind, coded, width, levels, messages, ball, clip_radius,
+def _girgis_chunk(problem, query, data, column, users, state, kind, coded, width, levels, messages, ball, clip_radius,
                   hadamard, flips, signs, work, hist):
     """girgis.encode_block of one chunk of users (data columns [column, column + users)) for
     linf, l2 or l1 (`kind`), into `hist` (levels × s·a × 2); False if a gradient is not finite.
@@ -661,7 +694,7 @@ def _girgis_chunk(query, data, column, users, state, kind, coded, width, levels,
     plane, through 2RR) counted at its index.
     """
     inputs, norms, units, spare, indices = work
-    if not _gradients(query, data, column, users, inputs, norms[:users]):
+    if not _gradients(problem, query, data, column, users, inputs, norms[:users]):
         return False
     if kind == _L1:
         _girgis_l1(inputs[: query.size * users], users, state, coded, ball, hadamard, units, spare, indices, hist)
@@ -770,12 +803,40 @@ def _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, st
 
 
 @njit(cache=True)
-def _excess(released, optimum, squares):
-    """Quadratic.excess_loss: ½‖θ − θ*‖², the squares summed as numpy's pairwise sum."""
-    for coordinate in range(released.size):
-        gap = released[coordinate] - optimum[coordinate]
-        squares[coordinate] = gap * gap
-    return 0.5 * pairwise_sum(squares, 0, released.size)
+def _losses(problem, released, squares):
+    """The released model's (excess, population) losses. Quadratic: ½‖θ − θ*‖², its squares
+    summed as numpy's pairwise sum, and that plus ½·spread². Absolute and Elastic
+    (FiniteBallProblem): ℓ(θ, x_k) = Σ_j |θ_j − x_kj| added coordinate by coordinate (sum(axis=0)),
+    plus (λ/2)·θ·θ (numerics.ordered_dot); then Σ_k w_k·ℓ_k and Σ_k w_k·(ℓ_k − ℓ(θ*, x_k)),
+    each as numerics.ordered_dot adds."""
+    kind, ridge, optimum, half_spread_squared = problem[0], problem[1], problem[5], problem[6]
+    support, weights, optimum_losses = problem[7], problem[8], problem[9]
+    dim = released.size
+    if kind == QUADRATIC:
+        for coordinate in range(dim):
+            gap = released[coordinate] - optimum[coordinate]
+            squares[coordinate] = gap * gap
+        excess = 0.5 * pairwise_sum(squares, 0, dim)
+        return excess, excess + half_spread_squared
+    ridge_term = 0.0
+    if ridge != 0.0:
+        dot = released[0] * released[0]
+        for coordinate in range(1, dim):
+            dot += released[coordinate] * released[coordinate]
+        ridge_term = 0.5 * ridge * dot
+    excess, population = 0.0, 0.0
+    for point in range(weights.size):
+        loss = np.abs(released[0] - support[0, point])
+        for coordinate in range(1, dim):
+            loss += np.abs(released[coordinate] - support[coordinate, point])
+        if ridge != 0.0:
+            loss = loss + ridge_term
+        gap = weights[point] * (loss - optimum_losses[point])
+        loss = weights[point] * loss
+        # np.add.accumulate starts from the first product itself, not from 0.0 + it
+        excess = gap if point == 0 else excess + gap
+        population = loss if point == 0 else population + loss
+    return excess, population
 
 
 @njit(cache=True)
@@ -796,11 +857,12 @@ def _round_loop(segment, analyzer):
 
     Per round: the query (_query); each block's part of the batch encoded from the stream
     (ROUND_STREAM, round, block) (`counter`: that stream's first counter, any round and block):
-    segment(encoding, work, query, data, first, stop, chunk, state) for data columns
-    [first, stop), chunk by chunk, False on a non-finite value; analyzer(encoding, work,
+    segment(encoding, work, problem, query, data, first, stop, chunk, state) for data columns
+    [first, stop), chunk by chunk, the gradients the `problem`'s (_gradients), False on a
+    non-finite value; analyzer(encoding, work,
     round, batch, key, noise_counter, state, estimate), which also clears the round's encoding,
     False if it cannot; the update (_advance, `rule` and `rate`, in place on the optimizer's
-    state (θ, other, t)); the released model's losses (Quadratic) into excess and population.
+    state (θ, other, t)); the released model's losses (_losses) into excess and population.
     It returns how many rounds ran: `count`, or the first round that failed.
 
     A factory of register_jitable functions (as _ziggurat), each called from a cached kernel:
@@ -809,8 +871,7 @@ def _round_loop(segment, analyzer):
 
     @register_jitable
     def rounds(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count, first_user,
-               batch, block_size, chunk, encoding, work, rule, rate, radius, optimum, half_spread_squared, excess,
-               population):
+               batch, block_size, chunk, encoding, work, rule, rate, radius, problem, excess, population):
         dim = theta.size
         query, estimate, step, released = np.empty(dim), np.empty(dim), np.empty(dim), np.empty(dim)
         squares = np.empty(dim)  # what pairwise_sum adds: numpy squares a vector first, then sums it
@@ -822,7 +883,7 @@ def _round_loop(segment, analyzer):
             stop_user = user + batch
             while user < stop_user:
                 segment_stop = _segment(user, stop_user, block_size, round_index, key, counter, state)
-                if not segment(encoding, work, query, data, user - data_first, segment_stop - data_first, chunk,
+                if not segment(encoding, work, problem, query, data, user - data_first, segment_stop - data_first, chunk,
                                state):
                     return done
                 user = segment_stop
@@ -830,21 +891,20 @@ def _round_loop(segment, analyzer):
                 return done
             if not _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, step, released, squares):
                 return done
-            excess[done] = _excess(released, optimum, squares)
-            population[done] = excess[done] + half_spread_squared
+            excess[done], population[done] = _losses(problem, released, squares)
         return count
 
     return rounds
 
 
 @register_jitable
-def _pvec_segment(encoding, work, query, data, first, stop, chunk, state):
+def _pvec_segment(encoding, work, problem, query, data, first, stop, chunk, state):
     """cjmp.encode_block of a block's users: the chunks' rounded sums (_rounded_chunk), then
     one Binomial(users·b_noise, p) per coordinate, added to the round's ones."""
     scale_bound, bound, top, b_noise, p = encoding[:5]
     gradients, factors, raws, lows, ties, ones = work
     for low in range(first, stop, chunk):
-        if not _rounded_chunk(query, data, low, min(chunk, stop - low), state, scale_bound, bound, top, gradients,
+        if not _rounded_chunk(problem, query, data, low, min(chunk, stop - low), state, scale_bound, bound, top, gradients,
                               factors, raws, lows, ties, ones):
             return False
     for coordinate in range(query.size):
@@ -878,7 +938,7 @@ _pvec_rounds = _round_loop(_pvec_segment, _pvec_analyzer)
 @njit(cache=True, nogil=True)  # nogil: the next block's users are drawn meanwhile (fused.FusedRounds)
 def rounds_pvec(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count,
                 first_user, batch, block_size, chunk, scale_bound, bound, top, b_noise, p, whole, fraction,
-                decode_scale, shift, rule, rate, radius, optimum, half_spread_squared, excess, population):
+                decode_scale, shift, rule, rate, radius, problem, excess, population):
     """Rounds [start, start + count) with P_vec (cjmp_vec), as _round_loop runs them
     (`noise_counter` is unused: P_vec has no curator's noise).
 
@@ -889,11 +949,11 @@ def rounds_pvec(theta, other, steps, data, data_first, key, counter, noise_count
     return _pvec_rounds(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count,
                         first_user, batch, block_size, chunk,
                         (scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift), work, rule, rate,
-                        radius, optimum, half_spread_squared, excess, population)
+                        radius, problem, excess, population)
 
 
 @register_jitable
-def _sum_segment(encoding, work, query, data, first, stop, chunk, state):
+def _sum_segment(encoding, work, problem, query, data, first, stop, chunk, state):
     """sums.SumProtocol.encode_block of a block's users: the chunks' clipped reports
     (_summed_chunk) summed in floats, then rounded to fixed point, rint(total/quantum), added
     to the round's units; False on a non-finite value or at 2⁶² units (encode_block's
@@ -902,7 +962,7 @@ def _sum_segment(encoding, work, query, data, first, stop, chunk, state):
     inputs, norms, local_work, total, units, central = work
     total[:] = 0.0
     for low in range(first, stop, chunk):
-        if not _summed_chunk(query, data, low, min(chunk, stop - low), state, norm_bound, user_noise, sigma,
+        if not _summed_chunk(problem, query, data, low, min(chunk, stop - low), state, norm_bound, user_noise, sigma,
                              local_reports, agreement, report_norm, inputs, norms, local_work, total):
             return False
     for coordinate in range(query.size):
@@ -946,7 +1006,7 @@ _sum_rounds = _round_loop(_sum_segment, _sum_analyzer)
 @njit(cache=True, nogil=True)
 def rounds_sum(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count, first_user,
                batch, block_size, chunk, norm_bound, quantum, user_noise, central_noise, sigma, local_reports,
-               agreement, report_norm, rule, rate, radius, optimum, half_spread_squared, excess, population):
+               agreement, report_norm, rule, rate, radius, problem, excess, population):
     """Rounds [start, start + count) with a sum protocol (sums.SumProtocol: `none`,
     `central_gaussian`, `shuffle_gaussian`, `local_l2`), as _round_loop runs them: per block
     the chunks' reports (σ = `sigma` per user with `user_noise`, Duchi et al.'s reports with
@@ -959,16 +1019,16 @@ def rounds_sum(theta, other, steps, data, data_first, key, counter, noise_counte
     return _sum_rounds(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count,
                        first_user, batch, block_size, chunk,
                        (norm_bound, quantum, user_noise, central_noise, sigma, local_reports, agreement, report_norm),
-                       work, rule, rate, radius, optimum, half_spread_squared, excess, population)
+                       work, rule, rate, radius, problem, excess, population)
 
 
 @register_jitable
-def _girgis_segment(encoding, work, query, data, first, stop, chunk, state):
+def _girgis_segment(encoding, work, problem, query, data, first, stop, chunk, state):
     """girgis.encode_block of a block's users, chunk by chunk (_girgis_chunk), into the round's histograms."""
     kind, coded, width, levels, messages, ball, clip_radius, hadamard, flips, weights, signs = encoding
     chunk_work, hist = work[:5], work[5]
     for low in range(first, stop, chunk):
-        if not _girgis_chunk(query, data, low, min(chunk, stop - low), state, kind, coded, width, levels, messages,
+        if not _girgis_chunk(problem, query, data, low, min(chunk, stop - low), state, kind, coded, width, levels, messages,
                              ball, clip_radius, hadamard, flips, signs, chunk_work, hist):
             return False
     return True
@@ -991,7 +1051,7 @@ _girgis_rounds = _round_loop(_girgis_segment, _girgis_analyzer)
 @njit(cache=True, nogil=True)
 def rounds_girgis(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count, first_user,
                   batch, block_size, chunk, kind, coded, width, levels, messages, ball, clip_radius, hadamard, flips,
-                  weights, signs, rule, rate, radius, optimum, half_spread_squared, excess, population):
+                  weights, signs, rule, rate, radius, problem, excess, population):
     """Rounds [start, start + count) with Girgis's linf, l2 or l1 randomizer (multi_message's
     girgis_linf, girgis_l2, girgis_l1: `kind`), as _round_loop runs them (`noise_counter` is
     unused): per block the chunks' messages counted in the round's histograms (_girgis_chunk),
@@ -1008,7 +1068,7 @@ def rounds_girgis(theta, other, steps, data, data_first, key, counter, noise_cou
     return _girgis_rounds(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count,
                           first_user, batch, block_size, chunk,
                           (kind, coded, width, levels, messages, ball, clip_radius, hadamard, flips, weights, signs),
-                          work, rule, rate, radius, optimum, half_spread_squared, excess, population)
+                          work, rule, rate, radius, problem, excess, population)
 
 
 def _block_loop(segment):
@@ -1019,12 +1079,12 @@ def _block_loop(segment):
     loop returns False if a segment fails (a non-finite gradient, a fixed-point overflow)."""
 
     @register_jitable
-    def blocks_of(query, data, starts, stops, blocks, round_index, key, counter, state, chunk, encoding, work,
+    def blocks_of(problem, query, data, starts, stops, blocks, round_index, key, counter, state, chunk, encoding, work,
                   accumulator, counts):
         for index in range(blocks.size):
             counter[0], counter[2], counter[3] = 0, round_index, blocks[index]
             rekey(state, key, counter)
-            if not segment(encoding, work, query, data, starts[index], stops[index], chunk, state):
+            if not segment(encoding, work, problem, query, data, starts[index], stops[index], chunk, state):
                 return False
             counts[index] = accumulator
             accumulator[:] = 0
@@ -1038,25 +1098,25 @@ _sum_blocks = _block_loop(_sum_segment)
 
 
 @njit(cache=True, nogil=True)
-def blocks_pvec(query, data, starts, stops, blocks, round_index, key, counter, state, chunk, scale_bound, bound, top,
+def blocks_pvec(problem, query, data, starts, stops, blocks, round_index, key, counter, state, chunk, scale_bound, bound, top,
                 b_noise, p, whole, fraction, decode_scale, shift, counts):
     """A fully interactive round's P_vec over a shard's blocks (_block_loop, cjmp.encode_block):
     counts[k] = block k's ones, its users' rounded sums plus one Binomial(users·b_noise, p)
     draw per coordinate (the caller checks that the trials fit one draw). The analyzer's
     constants are unused."""
     work = _pvec_work(query.size, chunk)
-    return _pvec_blocks(query, data, starts, stops, blocks, round_index, key, counter, state, chunk,
+    return _pvec_blocks(problem, query, data, starts, stops, blocks, round_index, key, counter, state, chunk,
                         (scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift), work, work[5],
                         counts)
 
 
 @njit(cache=True, nogil=True)
-def blocks_sum(query, data, starts, stops, blocks, round_index, key, counter, state, chunk, norm_bound, quantum,
+def blocks_sum(problem, query, data, starts, stops, blocks, round_index, key, counter, state, chunk, norm_bound, quantum,
                user_noise, central_noise, sigma, local_reports, agreement, report_norm, counts):
     """A fully interactive round's sum protocol over a shard's blocks (_block_loop,
     sums.SumProtocol.encode_block): counts[k] = block k's reports summed in fixed point,
     rint(total/quantum) (the curator's noise is the analyzer's, after the merge)."""
     work = _sum_work(query.size, chunk, user_noise, local_reports)
-    return _sum_blocks(query, data, starts, stops, blocks, round_index, key, counter, state, chunk,
+    return _sum_blocks(problem, query, data, starts, stops, blocks, round_index, key, counter, state, chunk,
                        (norm_bound, quantum, user_noise, central_noise, sigma, local_reports, agreement, report_norm),
                        work, work[4], counts)

@@ -14,7 +14,7 @@ from pipeline.engine.layout import (DATA_STREAM, NOISE_STREAM, PERMUTE_STREAM, R
 from pipeline.engine.rounds import RoundRecords, execute_rounds
 from pipeline.errors import NonFiniteError, value_class
 from pipeline.problems.records import choose_records, offsets_of
-from pipeline.problems.smoothed import MoreauSmoothed
+from pipeline.problems.smoothed import gradient_problem
 from pipeline.protocols.base import DATA, RoundPlan
 
 # Users per chunk: about 2^16 user-coordinates, so a chunk's buffers stay in
@@ -123,8 +123,7 @@ class Shard:
         An input is a user's gradient (or data point); a user holding several records sends
         the mean over the records it uses, or at record level (plan.per_record) one input per
         record used."""
-        problem = self.job.problem if plan.smoothing == 0 else MoreauSmoothed(self.job.problem.unsmoothed,
-                                                                              plan.smoothing)
+        problem = gradient_problem(self.job.problem, plan.smoothing)
         if self.offsets is not None:
             yield from self._record_chunks(plan, problem, theta, users, block)
             return

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from pipeline.numerics import ordered_dot
 from pipeline.problems.absolute import Absolute
 
 
@@ -64,7 +65,7 @@ class Elastic(Absolute):
 
     def losses(self, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
         """Per-user losses ℓ(θ, x_i), shape (count,)."""
-        return np.abs(theta[:, None] - data).sum(axis=0) + 0.5 * self.regularization * float(theta @ theta)
+        return np.abs(theta[:, None] - data).sum(axis=0) + 0.5 * self.regularization * ordered_dot(theta, theta)
 
     def gradients(self, theta: np.ndarray, data: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         out = np.subtract(theta[:, None], data, out=out)

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from pipeline.numerics import ordered_dot
 from pipeline.problems.base import Problem, ball_projection
 
 SUPPORT_SIZE = 64  # K, the number of points the data distribution puts mass on
@@ -86,9 +87,10 @@ class FiniteBallProblem(Problem):
     def project(self, theta: np.ndarray) -> np.ndarray:
         return ball_projection(theta, self.radius)
 
+    # The weighted sums are ordered_dot's, not the BLAS's: the same bits on any CPU.
     def population_loss(self, theta: np.ndarray) -> float:
-        return float(self.weights @ self.losses(theta, self.support))
+        return ordered_dot(self.weights, self.losses(theta, self.support))
 
     def excess_loss(self, theta: np.ndarray) -> float:
         gaps = self.losses(theta, self.support) - self.losses(self.optimum, self.support)
-        return float(self.weights @ gaps)
+        return ordered_dot(self.weights, gaps)

@@ -22,6 +22,12 @@ def require_prox(problem: Problem, optimizer_name: str) -> None:
                           f"needs a closed-form prox; problem {problem.name} has none") from None
 
 
+def gradient_problem(problem: Problem, smoothing: float) -> Problem:
+    """The problem whose gradients users send in a group: the run's, or with smoothing β > 0 (a
+    phased reduction's phase) the envelope ℓ_β of its unsmoothed loss."""
+    return problem if smoothing == 0 else MoreauSmoothed(problem.unsmoothed, smoothing)
+
+
 @dataclasses.dataclass(frozen=True)
 class MoreauSmoothed(Problem):
     """ℓ_β(θ, x) = min_{θ'} ℓ(θ', x) + (β/2)‖θ − θ'‖²: what smoothed optimizers descend.
