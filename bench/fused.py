@@ -6,15 +6,19 @@ from pipeline.engine.fused import FusedRounds
 from pipeline.engine.shard import Shard
 
 DIM = 10
-# The fused runs timed, by the prefix of their metrics: (optimizer, protocol; None: the default, cjmp_vec).
-RUNS = {"seq": ("seq_sgd", None), "agd": ("seq_agd", None), "gauss": ("seq_sgd", "shuffle_gaussian"),
-        "local": ("seq_sgd", "local_l2"), "girgis": ("seq_sgd", "girgis_l2")}
+# The fused runs timed, by the prefix of their metrics: (optimizer, protocol; None: the default,
+# cjmp_vec; problem).
+RUNS = {"seq": ("seq_sgd", None, "quadratic"), "agd": ("seq_agd", None, "quadratic"),
+        "gauss": ("seq_sgd", "shuffle_gaussian", "quadratic"), "local": ("seq_sgd", "local_l2", "quadratic"),
+        "girgis": ("seq_sgd", "girgis_l2", "quadratic"), "smoothed": ("seq_agd_smoothed", None, "absolute")}
 
 
 def run(size: str = "quick") -> dict[str, float]:
     """seq_sgd and seq_agd with cjmp_vec, and seq_sgd with shuffle_gaussian, local_l2 and girgis_l2, on
-    the quadratic (d = 10, ε = 1, tight: rounds of 51 users for seq_sgd with cjmp_vec), one shard holding
-    every user: the same rounds fused and in Python from the same start, interleaved, best of N.
+    the quadratic (d = 10, ε = 1, tight: rounds of 51 users for seq_sgd with cjmp_vec), and
+    seq_agd_smoothed with cjmp_vec on the absolute problem (the Moreau envelope's gradients, the
+    finite support's losses), one shard holding every user: the same rounds fused and in Python
+    from the same start, interleaved, best of N.
 
     Args:
       size: one of bench.timing.SIZES.
@@ -26,8 +30,9 @@ def run(size: str = "quick") -> dict[str, float]:
       the Python path's draw (numpy's standard_normal) over the fused path's.
     """
     results = {}
-    for prefix, (name, protocol) in RUNS.items():
+    for prefix, (name, protocol, problem) in RUNS.items():
         tree = full_gd_tree(sized(size, 20_000, 10**6, 10**7), DIM, rounds=1)
+        tree["problem"]["name"] = problem
         tree["optimizer"] = {"name": name}
         tree["privacy"]["accounting"] = "tight"
         if protocol:

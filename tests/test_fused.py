@@ -202,10 +202,13 @@ def test_compiled_normals_are_numpys_on_the_tape_and_past_it(count, tape):
         assert _raws_taken(lambda generator: generator.standard_normal(count), key) > count
 
 
-@pytest.mark.parametrize("n_users, dim, block_size", [(5_000, 10, 1024), (4_097, 3, 1024), (300, 1, 64)])
-def test_the_fused_path_draws_the_users_of_draw_block(n_users, dim, block_size):
-    """Blocks whole and partial (4,097 users: a last block of one user)."""
-    job = _job(_tree(n_users=n_users, dim=dim, block_size=block_size))
+@pytest.mark.parametrize("problem", ["quadratic", "absolute", "elastic"])
+@pytest.mark.parametrize("n_users, dim, block_size", [(5_000, 10, 1024), (4_097, 3, 1024), (300, 1, 64),
+                                                      (20_000, 2, 16_384)])
+def test_the_fused_path_draws_the_users_of_draw_block(n_users, dim, block_size, problem):
+    """Blocks whole and partial (4,097 users: a last block of one user; 16,384 · 2 values: more
+    than a tape of raw outputs), the quadratic's normals and the finite problems' choices."""
+    job = _job(_tree(n_users=n_users, dim=dim, block_size=block_size, problem=problem))
     shard = Shard(job, 0, job.layout.n_blocks)
     rounds = fused.FusedRounds(shard)
     for block in range(job.layout.n_blocks):

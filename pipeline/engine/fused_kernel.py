@@ -352,6 +352,35 @@ def quadratic_users(state, out, tape, spread, optimum, norms):
             row[user] = row[user] * norms[user] + centre
 
 
+@njit(cache=True, nogil=True)
+def finite_users(state, out, tape, cdf, support, picks):
+    """finite.sample_support's users, `rng.choice(K, size=users, p=weights)` then the support's
+    columns: out (d, users) holds them. numpy's choice draws one uniform double a user
+    (`random(users)`) and takes the first index whose cdf (`weights.cumsum() / its last`)
+    exceeds it (`searchsorted(side="right")`). Raw outputs come a tape at a time (fill_raw);
+    `picks` (a tape's size) holds the indices before the columns are gathered row by row."""
+    dim, users = out.shape
+    done = 0
+    while done < users:
+        size = min(tape.size, users - done)
+        fill_raw(state, tape, size)
+        for user in range(size):
+            uniform = _unit(tape[user])
+            low, high = 0, cdf.size
+            while low < high:
+                middle = (low + high) // 2
+                if cdf[middle] <= uniform:
+                    low = middle + 1
+                else:
+                    high = middle
+            picks[user] = low
+        for coordinate in range(dim):
+            row, points = out[coordinate, done: done + size], support[coordinate]
+            for user in range(size):
+                row[user] = points[picks[user]]
+        done += size
+
+
 # --- the rounds -------------------------------------------------------------------------
 
 
