@@ -202,7 +202,7 @@ def test_compiled_normals_are_numpys_on_the_tape_and_past_it(count, tape):
         assert _raws_taken(lambda generator: generator.standard_normal(count), key) > count
 
 
-@pytest.mark.parametrize("problem", ["quadratic", "absolute", "elastic"])
+@pytest.mark.parametrize("problem", ["quadratic", "absolute", "elastic", "bernoulli"])
 @pytest.mark.parametrize("n_users, dim, block_size", [(5_000, 10, 1024), (4_097, 3, 1024), (300, 1, 64),
                                                       (20_000, 2, 16_384)])
 def test_the_fused_path_draws_the_users_of_draw_block(n_users, dim, block_size, problem):
@@ -291,6 +291,9 @@ CASES = {
     "elastic, seq_agd_smoothed, girgis_l2, several chunks a round (d = 100)": dict(
         n_users=20_000, dim=100, block_size=4096, batch_size=2000, problem="elastic", name="seq_agd_smoothed",
         protocol="girgis_l2", accounting="paper", seed=5),
+    "bernoulli (seq_agd)": dict(n_users=20_000, dim=10, block_size=4096, problem="bernoulli", name="seq_agd", seed=7),
+    "bernoulli, seq_sgd, local_l2, batches straddling blocks": dict(n_users=6_000, dim=3, block_size=100,
+                                                                    problem="bernoulli", protocol="local_l2", seed=8),
     "elastic, seq_phased, girgis_linf": dict(n_users=6_000, dim=5, block_size=512, problem="elastic",
                                               name="seq_phased", protocol="girgis_linf", accounting="paper", seed=6),
 }

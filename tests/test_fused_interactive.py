@@ -57,6 +57,7 @@ CASES = {
     "elastic, full_gd_smoothed, shuffle_gaussian": dict(n_users=5_000, dim=10, block_size=1024, problem="elastic",
                                                         optimizer="full_gd_smoothed", protocol="shuffle_gaussian",
                                                         seed=12),
+    "bernoulli": dict(n_users=5_000, dim=10, block_size=1024, problem="bernoulli", seed=14),
     "elastic, local_l2, d = 1": dict(n_users=5_000, dim=1, block_size=1024, problem="elastic", protocol="local_l2",
                                      seed=13),
 }

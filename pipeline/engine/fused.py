@@ -1,7 +1,7 @@
 """Fused sequential rounds: a shard's carried rounds of seq_sgd (P_SGD), seq_agd, seq_agd_smoothed
 and pan_agd (AC-SA) or seq_phased (its AC-SA phases in turn) with P_vec, a sum protocol (none,
 central_gaussian, shuffle_gaussian, local_l2) or Girgis's linf, l2 and l1 randomizers in exact
-mode on the quadratic, absolute or elastic problem (or the Moreau envelope of the last two:
+mode on the quadratic, Bernoulli, absolute or elastic problem (or the Moreau envelope of the last two:
 pipeline.engine.fused_problem), run as one compiled function per window of rounds instead of
 ~22 numpy calls a round (shared/DESIGN.md §5, "Fast paths are twins of the reference path").
 
@@ -37,6 +37,7 @@ from pipeline.optimizers.averaged import AveragedProjectedDescent
 from pipeline.optimizers.base import RoundGroup
 from pipeline.optimizers.phased import SeqPhased
 from pipeline.optimizers.seq_agd import SeqAGD
+from pipeline.problems.bernoulli import Bernoulli
 from pipeline.problems.quadratic import Quadratic
 from pipeline.problems.smoothed import gradient_problem
 from pipeline.protocols.base import GRADIENTS
@@ -175,7 +176,8 @@ class FusedRounds:
 
     def draw_block(self, block: int) -> np.ndarray:
         """Shard.draw_block(block), bit for bit, in one compiled pass: the quadratic's
-        Quadratic.from_normals of `compiled_normals` (fused_kernel.quadratic_users); a finite
+        Quadratic.from_normals of `compiled_normals` (fused_kernel.quadratic_users); Bernoulli's
+        bits (fused_kernel.bernoulli_users); a finite
         problem.s `rng.choice` of its support (fused_kernel.finite_users: 2.9 times as fast as
         numpy's choice and fancy indexing here, which the rounds waited for)."""
         job, problem = self._job, self._job.problem.unsmoothed
@@ -186,6 +188,8 @@ class FusedRounds:
         if type(problem) is Quadratic:
             self._kernel.quadratic_users(generator, users, tape, problem.spread,
                                          np.asarray(problem.optimum, np.float64), np.empty(stop - first))
+        elif type(problem) is Bernoulli:
+            self._kernel.bernoulli_users(generator, users, tape, np.asarray(problem.optimum, np.float64))
         else:  # a FiniteBallProblem (fused_problem): numpy's choice takes cumsum / its last as the cdf
             cdf = np.cumsum(problem.weights)
             cdf /= cdf[-1]

@@ -225,6 +225,7 @@ _KI, _WI, _FI = ki_double, wi_double, fi_double
 _NOR_R, _NOR_INV_R = ziggurat_nor_r, ziggurat_nor_inv_r
 _LOW_52 = np.uint64(0x000FFFFFFFFFFFFF)
 _LAYER = np.uint64(0xFF)
+_ONES_BYTES = np.uint64(0x0101010101010101)  # a byte of 1 in every byte of a word
 
 
 @njit(cache=True)
@@ -309,25 +310,45 @@ def normals(state, out, tape):
     """Fills `out` with the standard normals that numpy's `standard_normal(out.size)` draws from
     the generator `state`, and leaves `state` after them. Raw outputs are drawn a tape at a time
     in bulk (fill_raw into `tape`, a scratch buffer), never more than the normals still wanted
-    (each takes at least one), so none is drawn that numpy would not draw; the box's test runs
-    inline, and a rejection's further raw outputs come from the tape, then past it from `state`."""
+    (each takes at least one), so none is drawn that numpy would not draw.
+
+    A raw output's box test and candidate normal depend on it alone (_box), so they are
+    computed for the whole tape in one loop without branches, which the compiler vectorizes;
+    then the normals are the candidates of the raw outputs inside their boxes, copied a run at
+    a time, and at each raw output outside its box the whole ziggurat (_ziggurat) from it, its
+    further raw outputs taken from the tape (then past it from `state`): the candidates of the
+    raw outputs it took are skipped."""
     cursor = np.zeros(1, np.int64)
+    candidates = np.empty(tape.size)
+    words = np.zeros(tape.size // 8 + 1, np.uint64)  # the box tests, a byte each (1 inside), read 8 at a time
+    inside = words.view(np.uint8)
     done = 0
     while done < out.size:
         size = min(tape.size, out.size - done)
         fill_raw(state, tape, size)
         drawn = tape[:size]
+        for index in range(size):
+            test, candidates[index] = _box(drawn[index])
+            inside[index] = test
+        inside[size] = 0  # a sentinel: every run below ends by the tape's end
         used = 0
         while used < size:
-            inside, x = _box(drawn[used])
-            if inside:
-                out[done] = x
-                used += 1
-            else:
-                cursor[0] = used  # the whole ziggurat, from this raw output on
+            stop = used
+            while stop % 8 and inside[stop]:
+                stop += 1
+            if stop % 8 == 0:
+                while words[stop // 8] == _ONES_BYTES:
+                    stop += 8
+                while inside[stop]:
+                    stop += 1
+            out[done: done + stop - used] = candidates[used: stop]
+            done += stop - used
+            used = stop
+            if used < size:  # the raw output `used` is outside its box
+                cursor[0] = used
                 out[done] = _normal_on_tape((drawn, cursor, state))
                 used = cursor[0]
-            done += 1
+                done += 1
 
 
 @njit(cache=True, nogil=True)
@@ -378,6 +399,22 @@ def finite_users(state, out, tape, cdf, support, picks):
             row, points = out[coordinate, done: done + size], support[coordinate]
             for user in range(size):
                 row[user] = points[picks[user]]
+        done += size
+
+
+@njit(cache=True, nogil=True)
+def bernoulli_users(state, out, tape, means):
+    """Bernoulli.sample's users: out (d, users) holds (random((d, users)) < μ[:, None]) as
+    floats, one uniform double per coordinate in (coordinate, user) order, raw outputs drawn a
+    tape at a time (fill_raw)."""
+    flat = out.reshape(out.size)
+    users = out.shape[1]
+    done = 0
+    while done < flat.size:
+        size = min(tape.size, flat.size - done)
+        fill_raw(state, tape, size)
+        for index in range(size):
+            flat[done + index] = 1.0 if _unit(tape[index]) < means[(done + index) // users] else 0.0
         done += size
 
 
@@ -505,7 +542,6 @@ def _scaled(gradient, factor, scale_bound, top):
 
 
 _LOW_BYTE = np.uint64(0xFF)
-_ONES_BYTES = np.uint64(0x0101010101010101)
 _HIGH_BITS = np.uint64(0x8080808080808080)
 
 

@@ -2,8 +2,8 @@
 gradient is made from its data point, and the released model's losses.
 
 A problem has a twin when its gradients and losses are a few float operations per
-user-coordinate that the kernel can repeat in numpy's order: exactly the quadratic
-(θ − x), the absolute deviation and its elastic variant (sign(θ − x) + λθ), and the Moreau
+user-coordinate that the kernel can repeat in numpy's order: exactly the quadratic and the
+Bernoulli bits (θ − x), the absolute deviation and its elastic variant (sign(θ − x) + λθ), and the Moreau
 envelope of either (β(θ − prox(θ)), pipeline.problems.smoothed). Anything else (logistic:
 numpy's SIMD exp and log are not libm's; a plug-in; a subclass) has none and keeps the
 Python path. This module loads no numba: it only describes.
@@ -15,12 +15,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from pipeline.problems.absolute import Absolute
+from pipeline.problems.bernoulli import Bernoulli
 from pipeline.problems.elastic import Elastic
 from pipeline.problems.quadratic import Quadratic
 from pipeline.problems.smoothed import MoreauSmoothed
 
 # How the kernel makes a gradient g of a user's data point x at the query q (fused_kernel._gradients):
-QUADRATIC = 0  # g = q − x (Quadratic.gradients)
+QUADRATIC = 0  # g = q − x (Quadratic.gradients, Bernoulli.gradients)
 SIGN = 1       # g = sign(q − x) + λq (Absolute.gradients; Elastic's adds λq)
 ENVELOPE = 2   # g = β(q − p), p = x + sign(c − x)·max(|c − x| − t, 0), c = q/den (MoreauSmoothed of either)
 
@@ -32,8 +33,8 @@ class FusedProblem(NamedTuple):
       kind: QUADRATIC, SIGN or ENVELOPE.
       ridge: λ, Elastic's regularization (0 for the others): SIGN adds λq; the finite loss adds (λ/2)‖θ‖².
       beta, denominator, threshold: ENVELOPE's β, den and t, computed as the Python prox computes them.
-      optimum: θ* (the quadratic's excess ½‖θ − θ*‖²).
-      half_spread_squared: the quadratic's population loss minus its excess.
+      optimum: θ* (the excess ½‖θ − θ*‖² of the quadratic and of Bernoulli).
+      half_spread_squared: their population loss minus their excess (Bernoulli's variance).
       support, weights: a finite problem's (d, K) points and their weights (K = 0 for the quadratic).
       optimum_losses: ℓ(θ*, x_k) of every support point (the excess's reference).
     """
@@ -72,6 +73,12 @@ def _envelope(problem: MoreauSmoothed) -> FusedProblem | None:
     return None
 
 
+def _centred(problem: Quadratic | Bernoulli, constant: float) -> FusedProblem:
+    """A problem whose gradient is θ − x, excess ½‖θ − θ*‖² and population loss that plus `constant`."""
+    return FusedProblem(QUADRATIC, 0.0, 0.0, 1.0, 0.0, np.asarray(problem.optimum, np.float64), constant,
+                        np.empty((problem.dim, 0)), np.empty(0), np.empty(0))
+
+
 def fused_problem(problem: Any) -> FusedProblem | None:
     """The kernel's constants of a problem with a compiled twin, else None (exact types only:
     a subclass may change what it computes).
@@ -81,9 +88,9 @@ def fused_problem(problem: Any) -> FusedProblem | None:
     """
     kind = type(problem)
     if kind is Quadratic:
-        dim = problem.dim
-        return FusedProblem(QUADRATIC, 0.0, 0.0, 1.0, 0.0, np.asarray(problem.optimum, np.float64),
-                            0.5 * problem.spread**2, np.empty((dim, 0)), np.empty(0), np.empty(0))
+        return _centred(problem, 0.5 * problem.spread**2)
+    if kind is Bernoulli:
+        return _centred(problem, problem.variance)
     if kind is Absolute or kind is Elastic:
         return _finite(problem, SIGN)
     if kind is MoreauSmoothed:

@@ -8,7 +8,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from pipeline.problems.base import Problem, ball_projection
+from pipeline.numerics import ordered_dot
+from pipeline.problems.base import Problem, ball_projection, squared_norm
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,9 +70,15 @@ class Bernoulli(Problem):
     def project(self, theta: np.ndarray) -> np.ndarray:
         return ball_projection(theta, self.radius)
 
+    # Sums in a fixed order (squared_norm, ordered_dot), not the BLAS's: the same bits on any CPU.
     def population_loss(self, theta: np.ndarray) -> float:
-        return self.excess_loss(theta) + 0.5 * float(self.optimum @ (1.0 - self.optimum))
+        return self.excess_loss(theta) + self.variance
+
+    @functools.cached_property
+    def variance(self) -> float:
+        """½Σ_j μ_j(1 − μ_j): the population loss at θ* = μ."""
+        return 0.5 * ordered_dot(self.optimum, 1.0 - self.optimum)
 
     def excess_loss(self, theta: np.ndarray) -> float:
         gap = theta - self.optimum
-        return 0.5 * float(gap @ gap)
+        return 0.5 * squared_norm(gap)
