@@ -15,6 +15,39 @@ import pytest
 import ray
 
 
+ROOT = Path(__file__).resolve().parents[1]
+# The slowest test files (1–4 minutes of a core each), started first: pyproject's `--dist
+# loadfile` hands files to the two test processes in collection order, and one of these
+# started last kept one process busy for minutes after the other had finished.
+SLOWEST_FIRST = ("test_engine.py", "test_golden.py", "test_cluster_submit.py", "test_fused.py", "test_datasets.py",
+                 "test_records.py", "test_accountant_properties.py", "test_grid.py", "test_bench_smoke.py",
+                 "test_quickstart.py")
+
+
+def pytest_collection_modifyitems(items):
+    """Moves the SLOWEST_FIRST files to the front, in that order (a stable sort: each file's
+    tests keep theirs)."""
+    rank = {name: place for place, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+def pytest_sessionstart(session):
+    """Compiles the fused rounds' numba kernels once, in two processes, before the tests start
+    (tests/warm_kernels.py) when their cache is empty, as on a fresh checkout: else every test
+    process, Ray actor and command-line child reaching a kernel first would compile it itself.
+    Under pytest-xdist only the controlling process does."""
+    if hasattr(session.config, "workerinput"):
+        return
+    from warm_kernels import cached  # tests/ is on sys.path (pytest's rootdir-relative conftest import)
+
+    if cached():
+        return
+    warming = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "warm_kernels.py"), str(part), "2"], cwd=ROOT)
+               for part in range(2)]
+    for child in warming:
+        child.wait()
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     """A local Ray instance the pipeline's engine reuses: the process's own ("local": never a
@@ -92,7 +125,6 @@ def s3_server():
 # Under pytest-xdist (pyproject's addopts: two test processes, which keep both cores busy) a
 # process runs a command when a test first asks for it: each process collects every test, and
 # started eagerly, each would run every command.
-ROOT = Path(__file__).resolve().parents[1]
 BACKGROUND = {  # the test module that reads it → (name, arguments of python)
     "test_accounting_figures.py": ("accounting_figures",
                                    ["experiments/accounting_figures.py", "--quick", "--out", "{out}"]),

@@ -294,6 +294,11 @@ CASES = {
     "bernoulli (seq_agd)": dict(n_users=20_000, dim=10, block_size=4096, problem="bernoulli", name="seq_agd", seed=7),
     "bernoulli, seq_sgd, local_l2, batches straddling blocks": dict(n_users=6_000, dim=3, block_size=100,
                                                                     problem="bernoulli", protocol="local_l2", seed=8),
+    # pnsgd: a user a step, the curator's noise, the last iterate (a step past the ball's edge projected).
+    "pnsgd (central_gaussian), paper": dict(n_users=3_000, dim=3, block_size=256, name="pnsgd",
+                                            protocol="central_gaussian", accounting="paper", seed=9),
+    "pnsgd, bernoulli, tight": dict(n_users=3_000, dim=10, block_size=1000, problem="bernoulli", name="pnsgd",
+                                    protocol="central_gaussian", seed=10),
     "elastic, seq_phased, girgis_linf": dict(n_users=6_000, dim=5, block_size=512, problem="elastic",
                                               name="seq_phased", protocol="girgis_linf", accounting="paper", seed=6),
 }

@@ -1,5 +1,6 @@
 """Fused sequential rounds: a shard's carried rounds of seq_sgd (P_SGD), seq_agd, seq_agd_smoothed
-and pan_agd (AC-SA) or seq_phased (its AC-SA phases in turn) with P_vec, a sum protocol (none,
+and pan_agd (AC-SA), seq_phased (its AC-SA phases in turn) or pnsgd (its last iterate) with
+P_vec, a sum protocol (none,
 central_gaussian, shuffle_gaussian, local_l2) or Girgis's linf, l2 and l1 randomizers in exact
 mode on the quadratic, Bernoulli, absolute or elastic problem (or the Moreau envelope of the last two:
 pipeline.engine.fused_problem), run as one compiled function per window of rounds instead of
@@ -36,6 +37,7 @@ from pipeline.errors import NonFiniteError
 from pipeline.optimizers.averaged import AveragedProjectedDescent
 from pipeline.optimizers.base import RoundGroup
 from pipeline.optimizers.phased import SeqPhased
+from pipeline.optimizers.pnsgd import PNSGD
 from pipeline.optimizers.seq_agd import SeqAGD
 from pipeline.problems.bernoulli import Bernoulli
 from pipeline.problems.quadratic import Quadratic
@@ -59,13 +61,15 @@ class _Rule(NamedTuple):
     methods: tuple[str, ...]
     kernel_rule: str
     rate: Callable[[Any], float]
+    second: bool = True  # whether the state holds a second vector: (θ, v, t), else (θ, t)
 
 
-# Both states are (θ, a second vector, a step count): AveragedState and AcsaState.
+# AveragedState (θ, Σθ, t), AcsaState (θ, θ^ag, t), LastIterateState (θ, t).
 _STATE_METHODS = ("init", "start", "query", "update", "output")
 _RULES = (_Rule(AveragedProjectedDescent, _STATE_METHODS, "AVERAGED", lambda optimizer: optimizer.step_size),
           _Rule(SeqAGD, (*_STATE_METHODS, "curvature", "curvature_scale"), "ACSA",
-                lambda optimizer: optimizer.curvature_scale))
+                lambda optimizer: optimizer.curvature_scale),
+          _Rule(PNSGD, _STATE_METHODS, "LAST", lambda optimizer: optimizer.step_size, second=False))
 
 
 def _unchanged(kind: type, base: type, methods: tuple[str, ...]) -> bool:
@@ -99,7 +103,7 @@ def _compiled(optimizer: Any) -> bool:
 
 def fusable(job: Any) -> bool:
     """Whether a job's carried rounds have a compiled twin: exactly P_SGD's averaged
-    projected steps or AC-SA's (_RULES; seq_phased's phases), a problem with a compiled twin
+    projected steps, AC-SA's (seq_phased's phases too) or PNSGD's last iterate (_RULES), a problem with a compiled twin
     (fused_problem: the quadratic, absolute, elastic or the envelope of either),
     a protocol with a `fused_encoding` for every group's call (P_vec or a sum protocol, in
     exact mode), users drawn per block, and plain sequential groups.
@@ -241,7 +245,8 @@ class FusedRounds:
             data, data_first = self._window(first_user, first_user + (end - round_index) * batch, last_user)
             optimizer, running = _running(job.optimizer, state)  # a window's rounds are in one group: one phase
             rule = _rule(optimizer)
-            theta, other, steps = running[0].copy(), running[1].copy(), np.array([running[2]], np.int64)
+            theta, steps = running[0].copy(), np.array([running[-1]], np.int64)
+            other = running[1].copy() if rule.second else np.zeros_like(theta)
             params = job.protocol.planned(schedule.plan(round_index), problem.dim)
             excess, population = np.empty(end - round_index), np.empty(end - round_index)
             window = (theta, other, steps, data, data_first, self._key, self._counter)
@@ -252,7 +257,7 @@ class FusedRounds:
             encoding = job.protocol.fused_encoding(params)
             done = getattr(self._kernel, encoding.kernel)(*window, self._noise_counter, self._generator, *rounds,
                                                           *encoding, *step)
-            running = type(running)(theta, other, int(steps[0]))
+            running = type(running)(*((theta, other) if rule.second else (theta,)), int(steps[0]))
             state = job.optimizer.advanced(state, running, done) if _phased(job.optimizer) else running
             seconds = (time.perf_counter() - began) / max(done, 1)
             firsts = np.arange(first_user, first_user + done * batch, batch, dtype=np.int64)

@@ -73,7 +73,8 @@ class InteractiveRounds:
         stops = np.array([users.stop for _, users in slices], np.int64)
         counts = np.empty((blocks.size, theta.size), np.int64)
         kernel = getattr(self._kernel, _BLOCK_KERNELS[encoding.kernel])
-        if not kernel(self._problem, np.ascontiguousarray(theta, np.float64), shard.data, starts, stops, blocks, plan.round, self._key,
+        # θ copied: a read-only query would compile the kernel anew (fused_problem._writeable)
+        if not kernel(self._problem, np.array(theta, np.float64), shard.data, starts, stops, blocks, plan.round, self._key,
                       self._counter, self._state, chunk_users(theta.size), *encoding, counts):
             return None
         return shard.job.protocol.merge([encoding.block_partial(users, ones)

@@ -675,7 +675,7 @@ def _summed_chunk(problem, query, data, column, users, state, norm_bound, user_n
 
 
 # The optimizer's step rule (fused._RULES): its state is (θ, a second vector, a step count).
-AVERAGED, ACSA = 0, 1
+AVERAGED, ACSA, LAST = 0, 1, 2
 
 
 @njit(cache=True)
@@ -818,7 +818,7 @@ def _girgis_estimate(hist, users, kind, dim, coded, width, levels, ball, clip_ra
 
 @njit(cache=True)
 def _query(rule, alpha, theta, other, query):
-    """The round's query: θ (AVERAGED); αθ + (1 − α)θ^ag (ACSA: SeqAGD.query)."""
+    """The round's query: θ (AVERAGED, LAST); αθ + (1 − α)θ^ag (ACSA: SeqAGD.query)."""
     for coordinate in range(theta.size):
         if rule == ACSA:
             query[coordinate] = alpha * theta[coordinate] + (1.0 - alpha) * other[coordinate]
@@ -835,6 +835,7 @@ def _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, st
     AVERAGED, state (θ, Σθ, t) (AveragedProjectedDescent): θ ← π(θ − rate·ḡ); released
     (Σθ + θ)/(t + 1), the average before the step. ACSA, state (θ, θ^ag, t) (SeqAGD, AC-SA):
     θ ← π(θ − ḡ/L_t) with L_t = rate/(t + 1) (SeqAGD.curvature); released θ^ag ← αθ + (1 − α)θ^ag.
+    LAST, state (θ, unused, t) (PNSGD): θ ← π(θ − rate·ḡ), released θ itself.
     π is problems.base.ball_projection, its norm numpy's pairwise sum of the squares.
     """
     dim = theta.size
@@ -856,13 +857,16 @@ def _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, st
     for coordinate in range(dim):
         if rule == ACSA:
             released[coordinate] = alpha * step[coordinate] + (1.0 - alpha) * other[coordinate]
+        elif rule == LAST:
+            released[coordinate] = step[coordinate]
         else:
             released[coordinate] = (other[coordinate] + theta[coordinate]) / (steps[0] + 1)
         if not np.isfinite(released[coordinate]):
             return False
     steps[0] += 1
     for coordinate in range(dim):
-        other[coordinate] = released[coordinate] if rule == ACSA else other[coordinate] + theta[coordinate]
+        if rule != LAST:  # LAST has no second vector
+            other[coordinate] = released[coordinate] if rule == ACSA else other[coordinate] + theta[coordinate]
         theta[coordinate] = step[coordinate]
     return True
 

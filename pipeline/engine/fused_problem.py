@@ -51,14 +51,20 @@ class FusedProblem(NamedTuple):
     optimum_losses: np.ndarray
 
 
+def _writeable(values: np.ndarray) -> np.ndarray:
+    """A writeable C-ordered float64 copy: numba compiles a kernel anew for each combination of
+    read-only and writeable arrays it is called with (a problem's cached constants are read-only)."""
+    return np.array(values, np.float64, order="C")
+
+
 def _finite(base: Absolute, kind: int, beta: float = 0.0, denominator: float = 1.0,
             threshold: float = 0.0) -> FusedProblem:
     """An absolute or elastic problem's constants; their losses are FiniteBallProblem's."""
-    optimum = np.asarray(base.optimum, np.float64)
+    optimum = _writeable(base.optimum)
     ridge = base.regularization if type(base) is Elastic else 0.0
     return FusedProblem(kind, float(ridge), float(beta), float(denominator), float(threshold), optimum, 0.0,
-                        np.ascontiguousarray(base.support, np.float64), np.asarray(base.weights, np.float64),
-                        np.asarray(base.losses(optimum, base.support), np.float64))
+                        _writeable(base.support), _writeable(base.weights),
+                        _writeable(base.losses(optimum, base.support)))
 
 
 def _envelope(problem: MoreauSmoothed) -> FusedProblem | None:
@@ -75,7 +81,7 @@ def _envelope(problem: MoreauSmoothed) -> FusedProblem | None:
 
 def _centred(problem: Quadratic | Bernoulli, constant: float) -> FusedProblem:
     """A problem whose gradient is θ − x, excess ½‖θ − θ*‖² and population loss that plus `constant`."""
-    return FusedProblem(QUADRATIC, 0.0, 0.0, 1.0, 0.0, np.asarray(problem.optimum, np.float64), constant,
+    return FusedProblem(QUADRATIC, 0.0, 0.0, 1.0, 0.0, _writeable(problem.optimum), float(constant),
                         np.empty((problem.dim, 0)), np.empty(0), np.empty(0))
 
 

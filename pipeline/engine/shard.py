@@ -3,11 +3,11 @@ whole run, and their side of every round (the trust boundary of DESIGN §3:
 nothing per-user leaves this object, only protocol output)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from pipeline.accounting.compositions import SEQUENTIAL
+from pipeline.accounting.compositions import FINAL_ITERATE, SEQUENTIAL
 from pipeline.engine.job import RunJob
 from pipeline.engine.layout import (DATA_STREAM, NOISE_STREAM, PERMUTE_STREAM, RECORD_STREAM, RECORDS_STREAM,
                                     ROUND_STREAM, SCATTER_STREAM, Streams, sampled_users, stream)
@@ -30,10 +30,11 @@ def chunk_users(dim: int) -> int:
 def drawn_per_block(job: RunJob) -> bool:
     """Whether a run's shards draw each block's users when a round asks for them instead of
     holding every user for the run: synthetic users with one record each, in a schedule
-    that asks each user once (SEQUENTIAL: disjoint batches), so memory is one block, not n.
+    that asks each user once (SEQUENTIAL: disjoint batches; FINAL_ITERATE: pnsgd's one
+    pass, a user a step), so memory is one block, not n.
     Fully interactive runs ask every user every round and keep holding them."""
     return (not job.problem.reads_rows and job.records.one_each
-            and job.schedule.composition == SEQUENTIAL)
+            and job.schedule.composition in (SEQUENTIAL, FINAL_ITERATE))
 
 
 class Shard:
@@ -293,7 +294,9 @@ class Shard:
 
     def run_rounds(self, state: Any, start: int, stop: int) -> tuple[Any, RoundRecords]:
         """Runs rounds whose users all live here, without a trip to the driver: compiled
-        (pipeline.engine.fused) when the run has a fused twin, else `python_rounds`.
+        (pipeline.engine.fused) when the run has a fused twin, else round by round as
+        `python_rounds`, each round's partial from `partial_counts` (a fully interactive
+        round's kernel, pipeline.engine.fused_interactive, where it has one).
 
         Args:
           state: the optimizer state before round `start`.
@@ -308,14 +311,16 @@ class Shard:
             self._fused = fused_rounds(self) or False
         if self._fused:
             return self._fused.run(state, start, stop)
-        return self.python_rounds(state, start, stop)
+        return self._rounds(state, start, stop, self.partial_counts)
 
     def python_rounds(self, state: Any, start: int, stop: int) -> tuple[Any, RoundRecords]:
-        """run_rounds in Python, numpy call by numpy call: the reference of the fused rounds."""
+        """run_rounds in Python, numpy call by numpy call: the reference of the compiled rounds."""
+        return self._rounds(state, start, stop, self.python_partial_counts)
+
+    def _rounds(self, state: Any, start: int, stop: int, partial: Callable) -> tuple[Any, RoundRecords]:
+        """Rounds [start, stop) (execute_rounds), each round's statistic from `partial`."""
         def collect(plan, params, theta):
-            protocol = self.job.protocol
-            return protocol.finish(params, self.python_partial_counts(plan, params, theta),
-                                   self.streams(NOISE_STREAM, plan.round))
+            return self.job.protocol.finish(params, partial(plan, params, theta), self.streams(NOISE_STREAM, plan.round))
 
         return execute_rounds(self.job, state, start, stop, collect)
 

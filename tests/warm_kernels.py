@@ -1,0 +1,51 @@
+"""Compiles the fused rounds' numba kernels into their cache (pipeline/engine/__pycache__ or
+$NUMBA_CACHE_DIR) by running tiny jobs that reach each kernel, so that the test processes, Ray
+actors and command-line children a test run starts load the kernels instead of each compiling
+them (15 s and more of a core apiece on a fresh checkout). conftest.py runs it before the
+tests, in two processes that share the kernels between them.
+
+Usage: python tests/warm_kernels.py PART PARTS (this process runs the jobs PART, PART + PARTS, ...).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from pipeline import config, engine, runner
+
+# (problem, optimizer, protocol, accounting): one job a kernel or a variant of its arguments'
+# types, the slowest to compile first.
+JOBS = (
+    ("quadratic", "seq_sgd", "cjmp_vec", "tight"),            # rounds_pvec, quadratic_users
+    ("quadratic", "seq_sgd", "girgis_l2", "paper"),           # rounds_girgis
+    ("quadratic", "seq_sgd", "shuffle_gaussian", "tight"),    # rounds_sum
+    ("quadratic", "full_gd", "cjmp_vec", "tight"),            # blocks_pvec
+    ("quadratic", "full_gd", "local_l2", "tight"),            # blocks_sum
+    ("quadratic", "seq_sgd", "cjmp_vec", "paper"),
+    ("absolute", "seq_sgd", "cjmp_vec", "tight"),             # finite_users
+    ("bernoulli", "seq_sgd", "cjmp_vec", "tight"),            # bernoulli_users
+)
+
+
+def cached() -> bool:
+    """Whether numba's cache holds the kernels (its index of the first kernel JOBS reach exists;
+    numba itself recompiles an entry whose source changed)."""
+    folder = Path(os.environ.get("NUMBA_CACHE_DIR") or Path(__file__).resolve().parents[1] / "pipeline" / "engine")
+    return any(folder.rglob("fused_kernel.rounds_pvec-*.nbi"))
+
+
+def warm(part: int, parts: int) -> None:
+    """Runs this process's share of JOBS on the local backend, one shard."""
+    for problem, optimizer, protocol, accounting in JOBS[part::parts]:
+        tree = {"experiment": "warm", "problem": {"name": problem, "dim": 3, "radius": 1.0}, "n_users": 600,
+                "optimizer": {"name": optimizer, **({"rounds": 2} if optimizer == "full_gd" else {})},
+                "privacy": {"epsilon": 1.0, "delta": 1e-6, "protocol": protocol, "accounting": accounting},
+                "seeds": [0], "execution": {"backend": "local", "shards": 1}}
+        (run,) = config.expand(tree)
+        job = runner.plan_run(run).job
+        engine.execute(job, "local", 1)
+
+
+if __name__ == "__main__":
+    warm(int(sys.argv[1]), int(sys.argv[2]))
