@@ -85,16 +85,22 @@ def loopback_cluster(tmp_path_factory, new_mlflow_store, object_store):
          "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(mlflow_port),
          "--workers", "1"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Each node's dashboard agent on a port of its own: its default, 52365, is taken by the
+    # agent of the other test process's Ray (conftest's ray_session) when that one is running,
+    # and the head's job agent then never starts ("No available agent to submit job").
+    def agent_ports() -> list[str]:
+        return [f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}"]
+
     started = subprocess.run(
         [str(BIN / "ray"), "start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
          "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1", "--num-cpus=2",
-         "--include-dashboard=true", "--disable-usage-stats"],
+         "--include-dashboard=true", "--disable-usage-stats", *agent_ports()],
         env=env, capture_output=True, text=True, timeout=120)
     # Two worker nodes, each with its own CPU and raylet (found by its node manager port, to be killed).
     worker_ports = [_free_port(), _free_port()]
     workers = [subprocess.run(
         [str(BIN / "ray"), "start", f"--address=127.0.0.1:{gcs_port}", "--node-ip-address=127.0.0.1",
-         "--num-cpus=1", f"--node-manager-port={port}", "--disable-usage-stats"],
+         "--num-cpus=1", f"--node-manager-port={port}", "--disable-usage-stats", *agent_ports()],
         env=env, capture_output=True, text=True, timeout=120) for port in worker_ports]
     try:
         assert started.returncode == 0, started.stderr
@@ -115,8 +121,7 @@ def _submit(cluster: dict, out: str, *, wait: bool = True) -> subprocess.Complet
     """`ray job submit` of the quickstart's grid (2 runs) into `out` and the tracking server."""
     # The head's job agent registers after the dashboard answers; Ray waits 10 s for it and then
     # refuses the job ("No available agent to submit job, please try again later"): try again.
-    # On two cores shared with the other test process's Ray actors it took over 120 s once.
-    deadline = time.time() + 300
+    deadline = time.time() + 120
     while True:
         submitted = subprocess.run(
             [str(BIN / "ray"), "job", "submit", *([] if wait else ["--no-wait"]), "--working-dir", str(ROOT), "--",
