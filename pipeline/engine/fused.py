@@ -1,10 +1,10 @@
 """Fused sequential rounds: a shard's carried rounds of seq_sgd (P_SGD), seq_agd, seq_agd_smoothed
 and pan_agd (AC-SA), seq_phased (its AC-SA phases in turn) or pnsgd (its last iterate) with
-P_vec, a sum protocol (none,
-central_gaussian, shuffle_gaussian, local_l2) or Girgis's linf, l2 and l1 randomizers in exact
-mode on the quadratic, Bernoulli, absolute or elastic problem (or the Moreau envelope of the last two:
-pipeline.engine.fused_problem), run as one compiled function per window of rounds instead of
-~22 numpy calls a round (shared/DESIGN.md §5, "Fast paths are twins of the reference path").
+P_vec, a sum protocol (none, central_gaussian, shuffle_gaussian, local_l2) or Girgis's linf,
+l2 and l1 randomizers in exact mode on the quadratic, Bernoulli, absolute or elastic problem
+(or the Moreau envelope of the last two: pipeline.engine.fused_problem), run as one compiled
+function per window of rounds instead of ~22 numpy calls a round (shared/DESIGN.md §5, "Fast
+paths are twins of the reference path").
 
 The compiled rounds (pipeline.engine.fused_kernel) are a twin of `Shard.python_rounds`:
 the same counter-based streams drawn in the same order (pipeline.engine.fused_kernel) and the
@@ -13,10 +13,9 @@ bit-identical to the Python path's, on any CPU (tests/test_fused.py checks them 
 round). Anything else (a plug-in or subclass, another problem, protocol or optimizer,
 sampled users, dropouts, records) keeps the Python path: `fused_rounds` says None.
 
-The users of a block are Shard.draw_block's, bit for bit; the quadratic's are drawn in compiled
-code: the raw Philox outputs in bulk, numpy's ziggurat and Quadratic.from_normals
-(`compiled_normals`, fused_kernel.quadratic_users): numpy's own standard_normal took twice as
-long, and the rounds waited for it.
+The users of a block are Shard.draw_block's, bit for bit, drawn in compiled code (`draw_block`):
+numpy's own draws (standard_normal, choice) took two to three times as long, and the rounds
+waited for them.
 
 A record's `seconds` is its window's time (the wait for its users' draw included) divided
 by its rounds (timing each round inside the compiled loop would slow it).
@@ -103,8 +102,8 @@ def _compiled(optimizer: Any) -> bool:
 
 def fusable(job: Any) -> bool:
     """Whether a job's carried rounds have a compiled twin: exactly P_SGD's averaged
-    projected steps, AC-SA's (seq_phased's phases too) or PNSGD's last iterate (_RULES), a problem with a compiled twin
-    (fused_problem: the quadratic, absolute, elastic or the envelope of either),
+    projected steps, AC-SA's (seq_phased's phases too) or PNSGD's last iterate (_RULES), for
+    every group a problem with a compiled twin (fused_problem, the group's smoothing applied),
     a protocol with a `fused_encoding` for every group's call (P_vec or a sum protocol, in
     exact mode), users drawn per block, and plain sequential groups.
 
@@ -180,10 +179,10 @@ class FusedRounds:
 
     def draw_block(self, block: int) -> np.ndarray:
         """Shard.draw_block(block), bit for bit, in one compiled pass: the quadratic's
-        Quadratic.from_normals of `compiled_normals` (fused_kernel.quadratic_users); Bernoulli's
-        bits (fused_kernel.bernoulli_users); a finite
-        problem.s `rng.choice` of its support (fused_kernel.finite_users: 2.9 times as fast as
-        numpy's choice and fancy indexing here, which the rounds waited for)."""
+        Quadratic.from_normals of `compiled_normals` (the raw Philox outputs in bulk, numpy's
+        ziggurat: fused_kernel.quadratic_users); Bernoulli's bits (fused_kernel.bernoulli_users);
+        a finite problem's `rng.choice` of its support (fused_kernel.finite_users: 2.9 times as
+        fast as numpy's choice and fancy indexing here)."""
         job, problem = self._job, self._job.problem.unsmoothed
         first, stop = job.layout.block_users(block)
         users = np.empty((problem.dim, stop - first))

@@ -1,9 +1,10 @@
 """The compiled body of the fused rounds (pipeline.engine.fused, fused_interactive): numpy's
 Philox4x64-10 generator, its uniforms, 32-bit and bounded integers, normals and binomial
-sampler, bit for bit; the quadratic's users drawn from it; one window of sequential rounds
-(P_SGD's averaged steps or P_AGD's AC-SA) with P_vec, a sum protocol or Girgis's randomizers;
-and one fully interactive round's P_vec over a shard's blocks, operation for operation as
-the Python path.
+sampler, bit for bit; the users of the quadratic, Bernoulli and finite-support problems
+drawn from it; one window of sequential rounds (P_SGD's averaged steps, P_AGD's AC-SA or
+PNSGD's last iterate) with P_vec, a sum protocol or Girgis's randomizers, on the gradients of
+a problem with a twin (pipeline.engine.fused_problem); and one fully interactive round's
+P_vec or sum protocol over a shard's blocks, operation for operation as the Python path.
 
 Each step names the reference it reproduces. numba compiles at first use and caches the
 machine code next to this file (or under NUMBA_CACHE_DIR). Its cache is keyed by this
