@@ -16,19 +16,6 @@ import ray
 
 
 ROOT = Path(__file__).resolve().parents[1]
-# The slowest test files (1–4 minutes of a core each), started first: pyproject's `--dist
-# loadfile` hands files to the two test processes in collection order, and one of these
-# started last kept one process busy for minutes after the other had finished.
-SLOWEST_FIRST = ("test_engine.py", "test_golden.py", "test_cluster_submit.py", "test_fused.py", "test_datasets.py",
-                 "test_records.py", "test_accountant_properties.py", "test_grid.py", "test_bench_smoke.py",
-                 "test_quickstart.py")
-
-
-def pytest_collection_modifyitems(items):
-    """Moves the SLOWEST_FIRST files to the front, in that order (a stable sort: each file's
-    tests keep theirs)."""
-    rank = {name: place for place, name in enumerate(SLOWEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 def pytest_sessionstart(session):
