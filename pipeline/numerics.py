@@ -66,3 +66,32 @@ def ordered_dot(a: np.ndarray, b: np.ndarray) -> float:
       The sum, a float.
     """
     return float(np.add.accumulate(np.multiply(a, b))[-1])
+
+
+def logsumexp(values: np.ndarray) -> float:
+    """log Σ_i exp(values[i]) of a vector: scipy.special.logsumexp's result, bit for bit, at a
+    tenth of its cost on the short vectors the accountants sum (about 15 against 160 µs: scipy's
+    array-API dispatch is the rest).
+
+    The same steps as scipy's real, unweighted case (SciPy ≥ 1.15; tests/test_numerics.py
+    compares the two bitwise): the m entries equal to the largest, a, are taken out of the sum,
+    s = Σ exp(x_i − a) over the others (numpy's pairwise sum), and the result is
+    (log1p(s/m) + log m) + a; where that is not finite (an entry +inf, all −inf or a NaN),
+    log Σ exp(x_i) instead.
+
+    Args:
+      values: a float64 vector, at least one entry.
+
+    Returns:
+      The logarithm of the sum, a float.
+    """
+    top = values.max(keepdims=True)
+    is_top = values == top
+    with np.errstate(divide="ignore", invalid="ignore"):
+        total = np.exp(np.where(is_top, -np.inf, values) - top).sum(keepdims=True)
+        count = is_top.sum(keepdims=True).astype(np.float64)
+        total = np.where(total == 0, total, total / count)
+        out = float((np.log1p(total) + np.log(count) + top)[0])
+        if not np.isfinite(out):
+            out = float(np.log(np.exp(values).sum()))
+    return out

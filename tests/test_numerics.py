@@ -1,11 +1,18 @@
 """pipeline.numerics: column sums with the same bits for any number of columns, which the
-compiled rounds' twins (pipeline.engine.fused_kernel) and the Python path share."""
+compiled rounds' twins (pipeline.engine.fused_kernel) and the Python path share, and the
+accountants' logsumexp, scipy's bit for bit."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
+import scipy.special
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
-from pipeline.numerics import column_dots, column_norms, column_sums
+from pipeline.numerics import column_dots, column_norms, column_sums, logsumexp
 
 
 def _in_order(a: np.ndarray, b: np.ndarray) -> list[float]:
@@ -59,3 +66,39 @@ def test_a_column_alone_sums_as_among_others_where_sum_would_not():
         assert column_sums(alone)[0] == column_sums(wide)[0]
         sum_differs += alone.sum(axis=0)[0] != column_sums(wide)[0]
     assert sum_differs > 0
+
+
+def _same(a: float, b: float) -> bool:
+    return a.hex() == b.hex() or (math.isnan(a) and math.isnan(b))
+
+
+# Vectors as the accountants sum them (log-weights of one scale, ties at the top, −inf terms),
+# and the edges: ±inf, NaN, huge and tiny entries.
+_ENTRY = st.one_of(st.floats(-50.0, 50.0), st.sampled_from([-math.inf, 0.0, 700.0, 709.5, -745.0]),
+                   st.floats(allow_nan=True, allow_infinity=True))
+
+
+@settings(max_examples=400, deadline=None)
+@given(hnp.arrays(np.float64, st.integers(1, 300), elements=_ENTRY), st.integers(0, 5))
+def test_logsumexp_has_scipys_bits(values, ties):
+    values[: min(ties, values.size)] = np.nanmax(values) if not np.isnan(values).all() else 0.0  # ties at the top
+    np.random.default_rng(values.size).shuffle(values)
+    assert _same(logsumexp(values), float(scipy.special.logsumexp(values)))
+
+
+def test_logsumexp_on_draws_like_the_accountants_and_exact_cases():
+    """Where scipy's steps (the top taken out of the sum, log1p) and the plain formula part:
+    some of these draws' plain log(Σ exp(x − a)) + a differ from scipy's in the last bits,
+    so a logsumexp that dropped a step would fail here."""
+    rng = np.random.default_rng(8)
+    plain_differs = 0
+    for _ in range(300):
+        values = rng.normal(0.0, 10.0 ** rng.uniform(-3, 2), int(rng.integers(1, 400)))
+        values[rng.integers(0, values.size, int(rng.integers(0, 3)))] = values.max()
+        assert _same(logsumexp(values), float(scipy.special.logsumexp(values)))
+        plain_differs += np.log(np.exp(values - values.max()).sum()) + values.max() != logsumexp(values)
+    assert plain_differs > 0
+    assert logsumexp(np.array([0.0, 0.0])) == math.log(2.0)
+    assert logsumexp(np.array([-math.inf, -math.inf])) == -math.inf
+    assert logsumexp(np.array([1.0, math.inf])) == math.inf
+    assert logsumexp(np.array([1e308, 1e308])) == 1e308 + math.log(2.0)

@@ -24,6 +24,7 @@ import scipy  # submodules load on first use (scipy.stats alone costs 0.5 s per 
 from pipeline.accounting import arguments
 from pipeline.accounting.paper import advanced_composition
 from pipeline.accounting.rdp import DEFAULT_ORDERS, rdp_to_dp
+from pipeline.numerics import logsumexp
 
 BOUNDS = ("fmt", "fmt-closed", "rdp", "best")
 
@@ -96,7 +97,7 @@ def _binomial_log_weights(trials: int, p: float, lo: int, hi: int) -> np.ndarray
     j = np.arange(lo, hi, dtype=float)
     steps = np.log1p(((trials + 1) * p - 1.0 - j) / ((j + 1.0) * (1.0 - p)))
     log_w = np.concatenate([[0.0], np.cumsum(steps)])
-    return log_w - scipy.special.logsumexp(log_w)
+    return log_w - logsumexp(log_w)
 
 
 def _binomial_window(trials: int, p: float, drop: float) -> tuple[int, int]:
@@ -555,7 +556,7 @@ def shuffle_rdp_ub1(n, eps0, orders=DEFAULT_ORDERS) -> np.ndarray:
             terms = np.concatenate([[0.0, _log_binom_coef(alpha, 2.0) + log_quad, eps0 * alpha - tail],
                                     _log_binom_coef(alpha, i) + np.log(i) + scipy.special.gammaln(i / 2)
                                     + i / 2 * log_v])
-            out[j] = scipy.special.logsumexp(terms) / (alpha - 1)
+            out[j] = logsumexp(terms) / (alpha - 1)
         return out
 
     return _integer_order_curve(orders, at_integer)
@@ -653,7 +654,7 @@ def _shuffled_rr_rdp(m: int, eps0: float, gamma: float, orders: np.ndarray) -> n
     out = np.empty_like(orders)
     for i, alpha in enumerate(orders):
         keep = log_pmf >= peak - alpha * log_top - 60.0
-        out[i] = max(0.0, scipy.special.logsumexp(log_pmf[keep] + alpha * log_ratio[keep]) / (alpha - 1))
+        out[i] = max(0.0, logsumexp(log_pmf[keep] + alpha * log_ratio[keep]) / (alpha - 1))
     return out
 
 
@@ -814,7 +815,7 @@ def _thm541(k: int, gamma: float, eps0: float, orders: np.ndarray) -> np.ndarray
                 [0.0, _log_binom_coef(alpha, 2.0) + log_quad],
                 _log_binom_coef(alpha, j3) + j3 * log_g + np.log(j3) + scipy.special.gammaln(j3 / 2) + j3 / 2 * log_v,
                 _log_binom_coef(alpha, j2) + j2 * log_x - tail])
-            out[i] = scipy.special.logsumexp(terms) / (alpha - 1)
+            out[i] = logsumexp(terms) / (alpha - 1)
         return out
 
     return _integer_order_curve(orders, at_integer)
