@@ -12,8 +12,10 @@ import os
 import re
 import secrets
 import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -88,19 +90,24 @@ def loopback_cluster(tmp_path_factory, new_mlflow_store, object_store):
     # Each node's dashboard agent on a port of its own: its default, 52365, is taken by the
     # agent of the other test process's Ray (conftest's ray_session) when that one is running,
     # and the head's job agent then never starts ("No available agent to submit job").
-    def agent_ports() -> list[str]:
-        return [f"--dashboard-agent-listen-port={_free_port()}", f"--dashboard-agent-grpc-port={_free_port()}"]
+    # Every node's processes name the cluster's own temp dir (short: Unix socket paths stop at
+    # 107 bytes), by which the teardown finds them and no other Ray's.
+    temp_dir = tempfile.mkdtemp(prefix="ray-cluster-")
+
+    def node_options() -> list[str]:
+        return [f"--temp-dir={temp_dir}", f"--dashboard-agent-listen-port={_free_port()}",
+                f"--dashboard-agent-grpc-port={_free_port()}"]
 
     started = subprocess.run(
         [str(BIN / "ray"), "start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
          "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1", "--num-cpus=2",
-         "--include-dashboard=true", "--disable-usage-stats", *agent_ports()],
+         "--include-dashboard=true", "--disable-usage-stats", *node_options()],
         env=env, capture_output=True, text=True, timeout=120)
     # Two worker nodes, each with its own CPU and raylet (found by its node manager port, to be killed).
     worker_ports = [_free_port(), _free_port()]
     workers = [subprocess.run(
         [str(BIN / "ray"), "start", f"--address=127.0.0.1:{gcs_port}", "--node-ip-address=127.0.0.1",
-         "--num-cpus=1", f"--node-manager-port={port}", "--disable-usage-stats", *agent_ports()],
+         "--num-cpus=1", f"--node-manager-port={port}", "--disable-usage-stats", *node_options()],
         env=env, capture_output=True, text=True, timeout=120) for port in worker_ports]
     try:
         assert started.returncode == 0, started.stderr
@@ -112,7 +119,8 @@ def loopback_cluster(tmp_path_factory, new_mlflow_store, object_store):
         yield {"env": env, "mlflow": url, "dashboard": dashboard, "root": root, "worker_ports": worker_ports,
                "store": object_store}
     finally:
-        subprocess.run([str(BIN / "ray"), "stop", "--force"], env=env, capture_output=True, timeout=120)
+        _stop_cluster(temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
         server.terminate()
         server.wait(timeout=30)
 
@@ -145,6 +153,31 @@ def _kill_raylet(node_manager_port: int) -> int:
             process.kill()
             return process.pid
     raise AssertionError(f"no raylet with node manager port {node_manager_port}")
+
+
+def _stop_cluster(temp_dir: str) -> None:
+    """SIGKILLs the cluster's processes: those whose command line names its temp dir, and their
+    descendants (the workers, which rename themselves ray::..., are the raylets' children).
+
+    Not `ray stop --force`: that kills every Ray process on the machine, the other test process's
+    own Ray among them (its raylet gone, that process died in whatever test it was running).
+    """
+    import psutil
+
+    named = [process for process in psutil.process_iter(["cmdline"])
+             if temp_dir in " ".join(process.info["cmdline"] or [])]
+    doomed = {process.pid: process for process in named}
+    for process in named:
+        try:
+            doomed.update((child.pid, child) for child in process.children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
+    for process in doomed.values():
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(list(doomed.values()), timeout=30)
 
 
 def _job_status(cluster: dict, job_id: str) -> str:
