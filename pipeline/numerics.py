@@ -70,11 +70,11 @@ def ordered_dot(a: np.ndarray, b: np.ndarray) -> float:
 
 def logsumexp(values: np.ndarray) -> float:
     """log Σ_i exp(values[i]) of a vector: scipy.special.logsumexp's result, bit for bit, at a
-    tenth of its cost on the short vectors the accountants sum (about 15 against 160 µs: scipy's
-    array-API dispatch is the rest).
+    fifth of its cost on the short vectors the Girgis curves sum in a loop over orders (12
+    against 57 µs for 100 entries: scipy's array-API dispatch is the rest).
 
-    The same steps as scipy's real, unweighted case (SciPy ≥ 1.15; tests/test_numerics.py
-    compares the two bitwise): the m entries equal to the largest, a, are taken out of the sum,
+    The same steps as scipy's real, unweighted case (scipy 1.17, the pin of constraints.txt;
+    tests/test_numerics.py compares the two bitwise): the m entries equal to the largest, a, are taken out of the sum,
     s = Σ exp(x_i − a) over the others (numpy's pairwise sum), and the result is
     (log1p(s/m) + log m) + a; where that is not finite (an entry +inf, all −inf or a NaN),
     log Σ exp(x_i) instead.
