@@ -1,6 +1,9 @@
 """Composing per-round curves (RDP) or loss distributions (PLD) vs per-round (ε, δ) + advanced composition."""
 from __future__ import annotations
 
+import numpy as np
+import scipy.special
+
 from bench.timing import best_times, sized
 from pipeline.accounting import shuffle_ldp
 
@@ -35,6 +38,23 @@ def _compare(rounds: int, repeats: int, names=("rdp", "pld", "ctd", "kov", "drv"
     for name, seconds in best_times({name: keeping(name) for name in names}, repeats).items():
         figures[f"{name}_s"] = seconds
     return figures
+
+
+def _curve_vs_scipy(repeats: int) -> float:
+    """Time of Girgis's UB1 curve (n = 1e6, ε0 = 0.5, the default orders) with
+    numerics.logsumexp, which the accountants use, over the same curve with scipy's
+    logsumexp (interleaved, best of `repeats`); the two curves must be equal bit for bit."""
+    def curve_with(logsumexp) -> np.ndarray:
+        used, shuffle_ldp.logsumexp = shuffle_ldp.logsumexp, logsumexp
+        try:
+            return shuffle_ldp.shuffle_rdp_ub1(USERS, EPS0)
+        finally:
+            shuffle_ldp.logsumexp = used
+
+    ours, theirs = shuffle_ldp.logsumexp, lambda values: float(scipy.special.logsumexp(values))
+    assert np.array_equal(curve_with(ours), curve_with(theirs))
+    seconds = best_times({"ours": lambda: curve_with(ours), "scipy": lambda: curve_with(theirs)}, repeats)
+    return seconds["ours"] / seconds["scipy"]
 
 
 def run(size: str = "quick") -> dict[str, float]:
@@ -75,4 +95,5 @@ def run(size: str = "quick") -> dict[str, float]:
         "composition_time_ratio_advanced_vs_rdp": big["kov_s"] / big["rdp_s"],
         "composition_t10_eps_ratio_rdp_vs_advanced": small["rdp"] / small["kov"],
         "composition_t10_eps_ratio_pld_vs_advanced": small["pld"] / small["kov"],
+        "composition_girgis_curve_vs_scipy_logsumexp": _curve_vs_scipy(sized(size, 1, 5, 10)),
     }
