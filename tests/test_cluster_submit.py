@@ -11,8 +11,8 @@ import json
 import os
 import re
 import secrets
-import socket
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
