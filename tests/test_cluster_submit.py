@@ -98,18 +98,18 @@ def loopback_cluster(tmp_path_factory, new_mlflow_store, object_store):
         return [f"--temp-dir={temp_dir}", f"--dashboard-agent-listen-port={_free_port()}",
                 f"--dashboard-agent-grpc-port={_free_port()}"]
 
-    started = subprocess.run(
-        [str(BIN / "ray"), "start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
-         "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1", "--num-cpus=2",
-         "--include-dashboard=true", "--disable-usage-stats", *node_options()],
-        env=env, capture_output=True, text=True, timeout=120)
-    # Two worker nodes, each with its own CPU and raylet (found by its node manager port, to be killed).
-    worker_ports = [_free_port(), _free_port()]
-    workers = [subprocess.run(
-        [str(BIN / "ray"), "start", f"--address=127.0.0.1:{gcs_port}", "--node-ip-address=127.0.0.1",
-         "--num-cpus=1", f"--node-manager-port={port}", "--disable-usage-stats", *node_options()],
-        env=env, capture_output=True, text=True, timeout=120) for port in worker_ports]
-    try:
+    try:  # a start that fails or hangs is torn down too (the nodes started before it)
+        started = subprocess.run(
+            [str(BIN / "ray"), "start", "--head", f"--port={gcs_port}", f"--dashboard-port={dashboard_port}",
+             "--dashboard-host=127.0.0.1", "--node-ip-address=127.0.0.1", "--num-cpus=2",
+             "--include-dashboard=true", "--disable-usage-stats", *node_options()],
+            env=env, capture_output=True, text=True, timeout=120)
+        # Two worker nodes, each with its own CPU and raylet (found by its node manager port, to be killed).
+        worker_ports = [_free_port(), _free_port()]
+        workers = [subprocess.run(
+            [str(BIN / "ray"), "start", f"--address=127.0.0.1:{gcs_port}", "--node-ip-address=127.0.0.1",
+             "--num-cpus=1", f"--node-manager-port={port}", "--disable-usage-stats", *node_options()],
+            env=env, capture_output=True, text=True, timeout=120) for port in worker_ports]
         assert started.returncode == 0, started.stderr
         assert all(worker.returncode == 0 for worker in workers), [worker.stderr[-2000:] for worker in workers]
         url, dashboard = f"http://127.0.0.1:{mlflow_port}", f"http://127.0.0.1:{dashboard_port}"
