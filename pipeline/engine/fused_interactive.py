@@ -1,9 +1,9 @@
 """Compiled fully interactive rounds: a shard's share of a round in which every user of the
 population sends its gradient at one query point, with P_vec (cjmp_vec) or a sum protocol
 (none, central_gaussian, shuffle_gaussian, local_l2) in exact mode on a problem with a compiled
-twin (pipeline.engine.fused_problem: the quadratic, bernoulli, absolute, elastic, or the envelope of the last two),
-as one call of fused_kernel.blocks_pvec or blocks_sum over the shard's held users instead of
-about 12 numpy passes (shared/DESIGN.md §5, "Fast paths are twins of the reference path").
+twin (pipeline.engine.fused_problem: the quadratic, bernoulli, absolute, elastic, or the envelope
+of the last two), as one call of fused_kernel.blocks_pvec or blocks_sum over the shard's held
+users instead of about 12 numpy passes (shared/DESIGN.md §5, "Fast paths are twins of the reference path").
 
 It is the twin of `Shard.python_partial_counts`: the same streams drawn in the same order
 and the same float operations, so the partial is the same integers on any CPU
