@@ -455,6 +455,9 @@ def test_a_subclass_keeps_the_python_path(what):
     {"execution": {"backend": "local", "shards": 1, "block_size": 256, "simulation": "literal"}},
     {"problem": {"name": "logistic", "dim": 3}},  # numpy's SIMD exp and log are not libm's
     {"problem": {"name": "lb_convex", "dim": 3}},
+    # A thousand big tree nodes at 10⁹ users, not millions of small rounds (README, "frank_wolfe_l1 at 10⁹ users")
+    {"problem": {"name": "l1_least_squares", "dim": 3, "radius": 1.0}, "optimizer": {"name": "frank_wolfe_l1"},
+     "privacy": {"model": "central", "protocol": "report_noisy_max", "epsilon": 1.0, "delta": 1e-6}},
 ])
 def test_other_runs_keep_the_python_path(change):
     tree = _tree(n_users=2_000, dim=3, block_size=256)
