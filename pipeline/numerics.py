@@ -74,10 +74,10 @@ def logsumexp(values: np.ndarray) -> float:
     against 57 µs for 100 entries: scipy's array-API dispatch is the rest).
 
     The same steps as scipy's real, unweighted case (scipy 1.17, the pin of constraints.txt;
-    tests/test_numerics.py compares the two bitwise): the m entries equal to the largest, a, are taken out of the sum,
-    s = Σ exp(x_i − a) over the others (numpy's pairwise sum), and the result is
-    (log1p(s/m) + log m) + a; where that is not finite (an entry +inf, all −inf or a NaN),
-    log Σ exp(x_i) instead.
+    tests/test_numerics.py compares the two bitwise): the m entries equal to the largest, a,
+    are taken out of the sum, s = Σ exp(x_i − a) over the others (numpy's pairwise sum), and
+    the result is (log1p(s/m) + log m) + a; where that is not finite (an entry +inf, all −inf
+    or a NaN), log Σ exp(x_i) instead.
 
     Args:
       values: a float64 vector, at least one entry.

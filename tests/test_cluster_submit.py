@@ -189,7 +189,11 @@ def _job_status(cluster: dict, job_id: str) -> str:
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())["status"]
-    except OSError as error:  # the dashboard busy or restarting: ask again
+    except urllib.error.HTTPError as error:
+        if error.code < 500:  # a refused token or an unknown job: asking again will not help
+            raise
+        return f"unknown ({error})"
+    except OSError as error:  # the dashboard busy or not answering: ask again
         return f"unknown ({error})"
 
 
