@@ -249,67 +249,90 @@ def paper_call(event) -> CallCurve:
 
 @functools.lru_cache(maxsize=1024)
 def tight_call(event) -> CallCurve:
-    """The pointwise minimum of every valid bound of one call.
+    """The pointwise minimum of every valid bound of one call (`tight_routes`).
 
     Args:
       event: a companion event (not P_vec).
 
     Returns:
-      The call's curve.
+      The call's curve; its rule names every route it is the minimum of.
     """
     plugged = accountant_for(event)
     if plugged is not None:
         return plugged.tight_call(event)
     paper = paper_call(event)
-    if isinstance(event, (ExactSumDpEvent, LocalDpEvent, NoisyMaxDpEvent)):
-        if isinstance(event, ExactSumDpEvent):
-            return paper
+    routes = tight_routes(event)
+    if not routes:
+        return paper
+    pure = (sum(event.stream_epsilons) if isinstance(event, ShuffleLdpDpEvent) else paper.pure_epsilon)
+    return CallCurve(np.minimum.reduce(list(routes.values())), pure, "minimum of: " + "; ".join(routes)
+                     + (f"; and pure {pure:.6g}-DP" if pure is not None and isinstance(event, ShuffleLdpDpEvent) else ""))
+
+
+@functools.lru_cache(maxsize=1024)
+def tight_routes(event) -> dict[str, np.ndarray]:
+    """Every valid RDP bound of one built-in call, by the rule (theorem and hypothesis) that gives it.
+
+    Each route is checked in the tests against the exact output law of small instances over
+    adversarially scanned neighbours (tests/test_exact_worst_case.py). A shuffled ε0-LDP call
+    is also pure (Σ ε0)-DP: the changed user's (record's) one message per stream, each ε0-LDP,
+    post-processed by the shuffler; `tight_call` keeps that as the call's pure ε.
+
+    Args:
+      event: a built-in companion event (not P_vec).
+
+    Returns:
+      {rule: curve at ORDERS}; empty where the paper's bound is the only one (a non-private call).
+    """
+    paper = paper_call(event)
+    paper_route = {"paper: " + paper.rule: paper.rdp} if paper.rdp is not None else {}
+    if isinstance(event, ExactSumDpEvent):
+        return {}
+    if isinstance(event, (LocalDpEvent, NoisyMaxDpEvent)):
         single = event.epsilon0 if isinstance(event, LocalDpEvent) else noisy_max_epsilon(event)
         count = 1 if isinstance(event, LocalDpEvent) else event.leaves
         # Every pure ε-DP mechanism is a post-processing of randomized response (KOV15 Thm 2.4).
-        return CallCurve(count * shuffle_ldp.ldp_rdp(single, ORDERS), paper.pure_epsilon,
-                         paper.rule + "; or the randomized-response RDP of each, added")
+        return {"pure ε-DP as randomized response's RDP (KOV15 Thm 2.4), added over the selections":
+                count * shuffle_ldp.ldp_rdp(single, ORDERS)}
     if isinstance(event, GaussianSumDpEvent) and event.users < event.population:
-        wbk = shuffle_gaussian.wbk_subsampled_rdp(event.users / event.population,
-                                                  _gaussian_curve(event.sensitivity, event.sigma))
-        return CallCurve(np.minimum(paper.rdp, wbk), None, paper.rule + "; Wang-Balle-Kasiviswanathan 2019 Thm 9")
+        # WBK19 Thm 9 needs the base curve for samples differing in one whole element: the Gaussian
+        # sum's Δ bounds the replacement of one user's input, which is that element.
+        return {**paper_route, "WBK19 Thm 9 (k of n without replacement) of the Gaussian RDP":
+                shuffle_gaussian.wbk_subsampled_rdp(event.users / event.population,
+                                                    _gaussian_curve(event.sensitivity, event.sigma))}
     if isinstance(event, ShuffleGaussianDpEvent) and event.rate == 0.0:
         unshuffled = _gaussian_curve(event.sensitivity, event.sigma)
         if event.users < event.population:
             rate = event.users / event.population
             shuffled = shuffle_gaussian.shuffle_gaussian_rdp(event.users, event.sigma / event.sensitivity, LAMBDA_MAX)
-            unshuffled = _mixture(rate, [(rate, shuffled)])
-        return CallCurve(np.minimum(paper.rdp, unshuffled), None, paper.rule + "; minimum with (M) / the plain Gaussian")
-    if isinstance(event, ShuffleLdpDpEvent) and event.record_messages:
-        curve = _shuffle_ldp_curve(event, shuffle_ldp.shuffle_rdp_upper)
-        if event.sampling == "uniform":
-            # Given the k clients sampled, the changed record is among their messages with probability s/m:
-            # (M) at s/m over the shuffle of their k·min(s, m) messages bounds that mechanism for samples
-            # differing in one client; WBK19 Thm 9 then subsamples the clients, k of n.
-            shuffled = _stream_curves(event.stream_epsilons, event.users * event.messages_per_user,
-                                      shuffle_ldp.shuffle_rdp_upper)
-            share = _record_share(event)
-            given_sample = shuffled if share >= 1.0 else _mixture(share, [(share, shuffled)])
-            curve = np.minimum(curve, shuffle_gaussian.wbk_subsampled_rdp(event.users / event.population,
-                                                                         given_sample))
-        # A changed record changes one message per stream, each ε0-LDP: their sum bounds the call unamplified.
-        local = _stream_curves(event.stream_epsilons, 0, None)
-        return CallCurve(np.minimum(np.minimum(paper.rdp, curve), local), None, paper.rule + "; minimum with (M) at "
-                         "the record's exact rate P(client answers)·s/m, per stream the minimum of UB1, UB2, Cor 5.3.1 "
-                         "and ε0-LDP"
-                         + ("; WBK19 Thm 9 over the clients (k of n) of (M) at s/m given the sample"
-                            if event.sampling == "uniform" else "")
-                         + "; and the record's own messages' ε0-LDP")
+            return {**paper_route, "(M) at k/n over seed 004 Thm 1's shuffle of k": _mixture(rate, [(rate, shuffled)])}
+        return {**paper_route, "the plain Gaussian mechanism (the shuffle is post-processing)": unshuffled}
     if isinstance(event, ShuffleLdpDpEvent):
-        curve = _shuffle_ldp_curve(event, shuffle_ldp.shuffle_rdp_upper)
-        if event.sampling == "uniform":
-            per_sample = _stream_curves(event.stream_epsilons, event.users, shuffle_ldp.shuffle_rdp_upper)
-            curve = np.minimum(curve, shuffle_gaussian.wbk_subsampled_rdp(event.users / event.population, per_sample))
-        return CallCurve(np.minimum(paper.rdp, curve), None,
-                         "per stream the minimum of seed 001 UB1, UB2, Cor 5.3.1 and ε0-LDP, streams added"
-                         + ("" if event.sampling == "all" else
-                            "; sampled: minimum of the paper bound, (M) and WBK19 Thm 9 (uniform)"))
-    return paper
+        return {**paper_route, **_shuffle_ldp_routes(event)}
+    return paper_route
+
+
+def _shuffle_ldp_routes(event: ShuffleLdpDpEvent) -> dict[str, np.ndarray]:
+    """The tight routes of a shuffled ε0-LDP call besides the paper's (see `tight_routes`)."""
+    routes = {"(M) at the changed input's exact rate over the shuffle (per stream the minimum of seed 001 UB1, UB2, "
+              "Cor 5.3.1 and ε0-LDP, streams added)": _shuffle_ldp_curve(event, shuffle_ldp.shuffle_rdp_upper),
+              "the changed input's own messages, ε0-LDP per stream, added": _stream_curves(event.stream_epsilons, 0, None)}
+    if event.sampling == "uniform" and not event.record_messages:
+        # Given the sample, the k users' shuffle bounds replacing one user (a whole element), as Thm 9 needs.
+        routes["WBK19 Thm 9 (k of n users) of the shuffle of the k sampled users"] = shuffle_gaussian.wbk_subsampled_rdp(
+            event.users / event.population,
+            _stream_curves(event.stream_epsilons, event.users, shuffle_ldp.shuffle_rdp_upper))
+    if event.sampling == "uniform" and event.record_messages:
+        # WBK19 Thm 9 over the clients needs a curve for sampled sets that differ in one WHOLE client:
+        # each client's min(s, m) messages per stream form one (s·Σε0)-LDP bundle, and the shuffled
+        # messages are a post-processing of the shuffled bundles, so the shuffle of k bundles is such a
+        # curve. (A curve for one changed record given the sample is not: a client whose other records
+        # stand out reveals whether it was sampled — issue 41's counterexample, exact/claimed 22.8.)
+        bundle = event.messages_per_user * sum(event.stream_epsilons)
+        routes["WBK19 Thm 9 (k of n clients) of the shuffle of k client bundles, each "
+               f"{event.messages_per_user}·Σε0-LDP"] = shuffle_gaussian.wbk_subsampled_rdp(
+            event.users / event.population, shuffle_ldp.shuffle_rdp_upper(event.users, bundle, ORDERS))
+    return routes
 
 
 def noisy_max_epsilon(event: NoisyMaxDpEvent) -> float:

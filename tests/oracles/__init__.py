@@ -1,0 +1,2 @@
+"""Independent references the tests compare the package with: exact output laws of small
+mechanism instances, written from the papers and the notes, never through the package."""
