@@ -16,6 +16,14 @@ independent), this is a lower bound on ε that holds with confidence 1 − α.
 The threshold is chosen on one half of the trials and evaluated on the other,
 so choosing it does not bias the bound.
 
+At record level (`privacy.unit: record`, users holding m records, each answering
+user sending s of them) the neighbours are records: every user holds m records at the
+protocol's base input, except user 0, whose other m − 1 records stand out at the moved
+input, and whose record 0 moves. The trial samples users as the round does and each
+answering user's s records as the shards do (`problems.records.choose_records`), so an
+accountant that lets client sampling hide a record whose client stands out is caught
+(issue 41: the withdrawn nested route).
+
 The claimed ε is what the ledger reports for that one call: a PrivacyLedger
 holding the call's event alone, in the run's accounting mode and unit.
 """
@@ -32,6 +40,7 @@ from pipeline import engine
 from pipeline.accounting.compositions import SEQUENTIAL
 from pipeline.accounting.ledger import PrivacyLedger
 from pipeline.engine.tasks import map_tasks
+from pipeline.problems.records import choose_records
 from pipeline.errors import ConfigError
 from pipeline.protocols.base import PlanError, Protocol, RoundPlan
 
@@ -50,7 +59,9 @@ class AuditedCall:
       params: the call's parameters (`protocol.plan`).
       block_size: users per engine block.
       literal: materialize messages (supports_literal) instead of block totals.
-      pair: the neighbouring inputs (`protocol.audit_pair`), each (d, population).
+      pair: the neighbouring inputs, each (d, population) (`protocol.audit_pair`), or at record
+        level (d, population·m), user u's records in columns u·m … u·m + m − 1.
+      records: (m, s) at record level: the records each user holds and sends; None at user level.
     """
 
     protocol: Protocol
@@ -60,6 +71,32 @@ class AuditedCall:
     block_size: int
     literal: bool
     pair: tuple[np.ndarray, np.ndarray]
+    records: tuple[int, int] | None = None
+
+    @property
+    def neighbours(self) -> str:
+        """What the pair is, in words."""
+        if self.records is None:
+            return f"{type(self.protocol).__name__}.audit_pair: users 1…n−1 alike, user 0 moved"
+        return (f"record level: {type(self.protocol).__name__}.audit_pair's base input in every record of users "
+                f"1…n−1, its moved input in user 0's other {self.records[0] - 1} records, user 0's record 0 moved")
+
+
+def _record_pair(base: np.ndarray, moved: np.ndarray, held: int) -> tuple[np.ndarray, np.ndarray]:
+    """The record-level neighbours from a user-level pair: user 0's other records stand out.
+
+    Args:
+      base, moved: (d, population), differing in column 0 only.
+      held: m, the records each user holds.
+
+    Returns:
+      (base, moved), each (d, population·m), differing in column 0 only.
+    """
+    records = np.repeat(base, held, axis=1)
+    records[:, 1:held] = moved[:, [0]]
+    changed = records.copy()
+    changed[:, 0] = moved[:, 0]
+    return records, changed
 
 
 def audited_call(protocol: Protocol, round_plan: RoundPlan, dim: int, block_size: int = 4096,
@@ -78,16 +115,14 @@ def audited_call(protocol: Protocol, round_plan: RoundPlan, dim: int, block_size
       The call.
 
     Raises:
-      ConfigError: the protocol cannot be audited, or refuses the pair; robust or
-        record-level rounds (the audit's neighbours differ in one user's single input).
+      ConfigError: the protocol cannot be audited, or refuses the pair; robust rounds
+        (dropouts are not simulated).
     """
     if not protocol.supports_audit:
         raise ConfigError("privacy.protocol", protocol.name, f"cannot be audited: {protocol.audit_refusal}")
-    if round_plan.honest_fraction < 1.0 or round_plan.per_record:
-        field = "privacy.honest_fraction" if round_plan.honest_fraction < 1.0 else "privacy.unit"
-        raise ConfigError(field, round_plan.honest_fraction if field.endswith("fraction") else "record",
-                          "the audit's neighbours differ in one user's one input: robust-mode dropouts and "
-                          "record-level messages are not simulated")
+    if round_plan.honest_fraction < 1.0:
+        raise ConfigError("privacy.honest_fraction", round_plan.honest_fraction,
+                          "the audit does not simulate robust-mode dropouts")
     params = protocol.planned(round_plan, dim) if params is None else params
     try:
         base, moved = protocol.audit_pair(round_plan, dim)
@@ -99,8 +134,13 @@ def audited_call(protocol: Protocol, round_plan: RoundPlan, dim: int, block_size
     if base.shape != expected or moved.shape != expected or not (base[:, 1:] == moved[:, 1:]).all():
         raise ConfigError("privacy.protocol", protocol.name, f"audit_pair must return two {expected} arrays "
                           "that differ in column 0 only")
+    records = None
+    if round_plan.per_record:
+        records = (round_plan.records_min, round_plan.records_per_round or round_plan.records_min)
+        base, moved = _record_pair(base, moved, records[0])
     return AuditedCall(protocol, round_plan, dim, params, block_size, literal,
-                       (np.ascontiguousarray(base, dtype=np.float64), np.ascontiguousarray(moved, dtype=np.float64)))
+                       (np.ascontiguousarray(base, dtype=np.float64), np.ascontiguousarray(moved, dtype=np.float64)),
+                       records)
 
 
 def _answering(plan: RoundPlan, rng: np.random.Generator) -> np.ndarray | None:
@@ -111,6 +151,14 @@ def _answering(plan: RoundPlan, rng: np.random.Generator) -> np.ndarray | None:
     if plan.sampling == "poisson":
         return np.flatnonzero(rng.random(plan.population) < plan.rate)
     return None
+
+
+def _sent_records(call: AuditedCall, users: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+    """The record columns answering users send (record level): s of each one's m, as the shards choose them."""
+    held, sent = call.records
+    users = np.arange(call.round_plan.population) if users is None else users
+    within, owner = choose_records(rng, np.full(users.size, held), sent)
+    return users[owner] * held + within
 
 
 def _release(call: AuditedCall, inputs: np.ndarray, chosen: np.ndarray | None, rng: np.random.Generator,
@@ -130,8 +178,9 @@ def _release(call: AuditedCall, inputs: np.ndarray, chosen: np.ndarray | None, r
         order = rng.permutation(labels.size)  # the shuffler
         return protocol.count_messages(params, labels[order], bits[order])
     partials = []
-    for first in range(0, inputs.shape[1], call.block_size):  # every block of the population, as the engine
-        stop = first + call.block_size
+    block = call.block_size * (call.records[0] if call.records else 1)  # a block's users' records
+    for first in range(0, inputs.shape[1], block):  # every block of the population, as the engine
+        stop = first + block
         if chosen is None:
             chunk = inputs[:, first:stop].copy()  # the randomizer may overwrite its chunk
         else:  # a sampled round: the block's sampled users, possibly none
@@ -156,10 +205,14 @@ def _trial_statistics(call: AuditedCall, neighbour: int, first_trial: int, trial
     """
     rng = np.random.default_rng(np.random.SeedSequence([seed, neighbour, first_trial]))
     inputs = call.pair[neighbour]
-    work = call.protocol.workspace(min(call.block_size, call.round_plan.population), call.dim)
+    per_user = call.records[0] if call.records else 1
+    work = call.protocol.workspace(min(call.block_size * per_user, inputs.shape[1]), call.dim)
     out = np.empty(trials)
     for trial in range(trials):
-        statistic = _release(call, inputs, _answering(call.round_plan, rng), rng, work)
+        chosen = _answering(call.round_plan, rng)
+        if call.records is not None:
+            chosen = _sent_records(call, chosen, rng)
+        statistic = _release(call, inputs, chosen, rng, work)
         out[trial] = call.protocol.audit_statistic(call.params, statistic)
     return out
 
@@ -243,8 +296,7 @@ def attack(call: AuditedCall, delta: float, trials: int = 20_000, alpha: float =
     values = map_tasks(_trial_statistics, batches, backend, travellers=(call.protocol,))
     half = len(values) // 2
     null, alternative = np.concatenate(values[:half]), np.concatenate(values[half:])
-    return {**split_audit(null, alternative, delta, alpha),
-            "neighbours": f"{type(call.protocol).__name__}.audit_pair: users 1…n−1 alike, user 0 moved"}
+    return {**split_audit(null, alternative, delta, alpha), "neighbours": call.neighbours}
 
 
 def claimed_budget(protocol: Protocol, params: Any, round_plan: RoundPlan, block_size: int, accounting: str,

@@ -208,3 +208,60 @@ def test_shuffle_gaussian_lower_bound_is_below_its_accountant(users, sigma):
     found = audit_shuffle_gaussian(users, sigma, delta, trials=20_000)["epsilon_lower_bound"]
     # Sound, and the attack finds a real share of it (more users: more amplification, a weaker attack).
     assert 0.25 * claimed <= found <= claimed, (found, claimed)
+
+
+RECORD_LEVEL = """n_users: 30
+problem: {name: quadratic, dim: 1, radius: 1.0, records_per_user: 4}
+optimizer: {name: cldp_sgd, records_per_round: 4, batch_size: 1, rounds: 1}
+privacy: {protocol: girgis_l1, unit: record, epsilon: 1.0, delta: 1.0e-6, accounting: tight}
+execution: {backend: local}
+"""
+
+
+def _with_nested_route(routes):
+    """tight_routes plus the route issue 41 withdrew: WBK19 over the clients of (M) at s/m given the sample."""
+    from pipeline.accounting import mechanisms, shuffle_gaussian, shuffle_ldp
+
+    def patched(event):
+        found = dict(routes(event))
+        if getattr(event, "record_messages", 0) and event.sampling == "uniform":
+            shuffled = shuffle_ldp.shuffle_rdp_upper(event.users * event.messages_per_user, event.stream_epsilons[0],
+                                                     mechanisms.ORDERS)
+            share = event.messages_per_user / event.records_min
+            given = shuffled if share >= 1 else mechanisms._mixture(share, [(share, shuffled)])
+            found["nested"] = shuffle_gaussian.wbk_subsampled_rdp(event.users / event.population, given)
+        return found
+    return patched
+
+
+def _clear_accounting_caches():
+    from pipeline.accounting import mechanisms
+    from pipeline.protocols import multi_message
+    for cached in (mechanisms.tight_call, mechanisms.composed_epsilon, multi_message._plan):
+        cached.cache_clear()
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_the_audit_attacks_record_level_calls(tmp_path, capsys, monkeypatch, nested):
+    """n = 30 clients of 4 records, k = 1, s = 4 (issue 41): a client whose other records stand out.
+    The ledger passes; with the withdrawn nested route its ε0 is calibrated 4× too high and the audit
+    raises the alarm."""
+    from pipeline.accounting import mechanisms
+    path = tmp_path / "records.yaml"
+    path.write_text(RECORD_LEVEL)
+    _clear_accounting_caches()
+    if nested:
+        monkeypatch.setattr(mechanisms, "tight_routes", _with_nested_route(mechanisms.tight_routes))
+    try:
+        code, found = _audit(capsys, str(path), "--trials", "20000")
+    finally:
+        monkeypatch.undo()
+        _clear_accounting_caches()
+    assert found["ledger"]["unit"] == "record" and found["audit"]["neighbours"].startswith("record level")
+    assert found["call"]["parameters"]["record_messages"] == 4 and found["call"]["users"] == 1
+    bound, claimed = found["audit"]["epsilon_lower_bound"], found["ledger"]["epsilon"]
+    if nested:
+        assert code == 1 and not found["passed"] and bound > 2.0 * claimed, found
+    else:
+        # ε0 = ε: the call is pure ε0-DP and the sampling barely helps a client that stands out
+        assert code == 0 and found["passed"] and 0.1 < bound <= claimed, found
