@@ -21,8 +21,11 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import warnings
+
 import pandas as pd
 
+from pipeline.accounting import ACCOUNTING_VERSION, UNPROVEN_BEFORE
 from pipeline.config import FIELDS, HASHED_UNLESS_DEFAULT
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
@@ -45,7 +48,7 @@ RUN_KINDS: dict[str, type] = {
     "final_excess_loss": FLOAT, **{f"final_{column}": FLOAT for column in MEASURED},
     "epsilon": FLOAT, "delta": FLOAT, **{column: FLOAT for column in theory.THEORY_COLUMNS},
     "status": TEXT, "error": TEXT, "wall_s": FLOAT, "started_at": TIME, "ended_at": TIME,
-    "package_version": TEXT, "git_commit": TEXT, "plugins": TEXT,
+    "package_version": TEXT, "git_commit": TEXT, "accounting_version": INT, "plugins": TEXT,
 }
 ROUND_KINDS: dict[str, type] = {
     "run_id": TEXT, "mlflow_run_id": TEXT, "experiment": TEXT, "round": INT, "users_in_round": INT,
@@ -119,6 +122,20 @@ def _latest_finished(runs: pd.DataFrame) -> pd.DataFrame:
     return done.drop_duplicates(["results_folder", "run_id"], keep="last")
 
 
+def _flag_outdated_accounting(runs: pd.DataFrame) -> None:
+    """Adds `accounting_outdated` and `budget_unproven` to runs (in place) and warns of the latter."""
+    version = (pd.to_numeric(runs["accounting_version"], errors="coerce") if "accounting_version" in runs
+               else pd.Series(float("nan"), index=runs.index)).fillna(1)  # unrecorded: version 1
+    runs["accounting_outdated"] = version < ACCOUNTING_VERSION
+    runs["budget_unproven"] = False
+    for fixed_in, reason in UNPROVEN_BEFORE.items():
+        affected = (version < fixed_in) & (runs.get("privacy.unit") == "record") & (runs.get("privacy.accounting") == "tight")
+        runs["budget_unproven"] |= affected
+        if affected.any():
+            warnings.warn(f"{int(affected.sum())} run(s) recorded before accounting version {fixed_in}: {reason} "
+                          "(column budget_unproven)", stacklevel=3)
+
+
 def load(source: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Reads every results folder a source names into one runs and one rounds table.
 
@@ -130,7 +147,9 @@ def load(source: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
       (runs, rounds): the latest finished attempt of each run of each folder
       (runs gains `results_folder`, where it was found), and the rounds of
       exactly those attempts; joined by `mlflow_run_id`. A folder in the
-      layout before 0.2 (single-file tables) is read too.
+      layout before 0.2 (single-file tables) is read too. `accounting_outdated` marks
+      the runs an older accountant recorded, and `budget_unproven` those among them whose
+      ε that accountant may have under-reported (a warning says how many and why).
 
     Raises:
       ConfigError: no results folder, or a file that cannot be read (named).
@@ -155,6 +174,7 @@ def load(source: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     runs = _latest_finished(pd.concat(all_runs, ignore_index=True))
     for field in HASHED_UNLESS_DEFAULT:  # a run recorded before the field existed ran at its default
         runs[field] = runs[field].fillna(FIELDS[field].default) if field in runs else FIELDS[field].default
+    _flag_outdated_accounting(runs)
     rounds = pd.concat(all_rounds, ignore_index=True)
     rounds = rounds[rounds["mlflow_run_id"].isin(runs["mlflow_run_id"])]
     return runs.reset_index(drop=True), rounds.sort_values(["mlflow_run_id", "round"]).reset_index(drop=True)

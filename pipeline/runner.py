@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 from pipeline import engine, plugins
+from pipeline.accounting import ACCOUNTING_VERSION
 from pipeline.accounting.ledger import LedgerError, PrivacyLedger, UnsupportedEventError
 from pipeline.config import FIELDS, MAX_ROUNDS, PLUGIN_MAX_ROUNDS, PLUGIN_SECTIONS, RECORD, ROUNDS_REASON, RunConfig
 from pipeline.errors import ConfigError
@@ -496,7 +497,7 @@ def _row(planned: PlannedRun, mlflow_run_id: str, started_at: datetime.datetime)
     return {**dict.fromkeys(results.RUN_KINDS), "run_id": run.run_id, "mlflow_run_id": mlflow_run_id,
             "config_hash": run.config_hash, **{field: run[field] for field in FIELDS}, **run.flat(),
             **_resolved(planned), "started_at": started_at, "ended_at": _now(), **results.provenance(),
-            "plugins": _plugin_files(run)}
+            "accounting_version": ACCOUNTING_VERSION, "plugins": _plugin_files(run)}
 
 
 def _plugin_files(run: RunConfig) -> str | None:

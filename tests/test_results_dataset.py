@@ -364,3 +364,25 @@ def test_a_lease_read_half_written_is_read_again():
     torn = whole[:-7]
     assert Lease(_TornStore([torn, torn, whole])).live()["holder"] == "h"
     assert Lease(_TornStore([torn] * 5)).live() is None  # never whole: not a lease
+
+
+def test_a_run_an_older_accountant_recorded_is_flagged_when_loaded(tmp_path, new_mlflow_store):
+    """Issue 41: runs record the accountants' version; a record-level tight run recorded before
+    version 2 (no column) loads with budget_unproven and a warning; a current one loads clean."""
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    out = tmp_path / "out"
+    records = {**GRID, "problem": {"name": "quadratic", "dim": 3, "radius": 1.0, "records_per_user": 4},
+               "optimizer": {"name": "cldp_sgd", "records_per_round": 2, "rounds": 3, "batch_size": 30},
+               "privacy": {"protocol": "girgis_l1", "unit": "record", "epsilon": 4.0, "delta": 1e-6,
+                           "accounting": "tight"}, "grid": {}, "seeds": [0]}
+    path = tmp_path / "records.yaml"
+    path.write_text(yaml.safe_dump({**records, "tracking": {"mlflow_uri": uri}}, sort_keys=False))
+    assert _run(path, str(out)) == 0
+    runs, _ = results.load(out)
+    assert runs["accounting_version"].tolist() == [2]
+    assert not runs["accounting_outdated"].any() and not runs["budget_unproven"].any()
+    (part,) = (out / "runs.parquet").glob("part-*.parquet")
+    pq.write_table(pq.read_table(part).drop_columns(["accounting_version"]), part)  # as version 1 wrote it
+    with pytest.warns(UserWarning, match=r"1 run\(s\) recorded before accounting version 2: record-level tight"):
+        runs, _ = results.load(out)
+    assert runs["accounting_outdated"].tolist() == [True] and runs["budget_unproven"].tolist() == [True]

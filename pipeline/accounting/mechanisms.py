@@ -323,15 +323,19 @@ def _shuffle_ldp_routes(event: ShuffleLdpDpEvent) -> dict[str, np.ndarray]:
             event.users / event.population,
             _stream_curves(event.stream_epsilons, event.users, shuffle_ldp.shuffle_rdp_upper))
     if event.sampling == "uniform" and event.record_messages:
-        # WBK19 Thm 9 over the clients needs a curve for sampled sets that differ in one WHOLE client:
-        # each client's min(s, m) messages per stream form one (s·Σε0)-LDP bundle, and the shuffled
-        # messages are a post-processing of the shuffled bundles, so the shuffle of k bundles is such a
-        # curve. (A curve for one changed record given the sample is not: a client whose other records
-        # stand out reveals whether it was sampled — issue 41's counterexample, exact/claimed 22.8.)
-        bundle = event.messages_per_user * sum(event.stream_epsilons)
-        routes["WBK19 Thm 9 (k of n clients) of the shuffle of k client bundles, each "
-               f"{event.messages_per_user}·Σε0-LDP"] = shuffle_gaussian.wbk_subsampled_rdp(
-            event.users / event.population, shuffle_ldp.shuffle_rdp_upper(event.users, bundle, ORDERS))
+        # WBK19 Thm 9 over the clients needs a curve for sampled sets that differ in one WHOLE client.
+        # Given the sample and every client's choice of records (data-independent positions, so
+        # joint convexity over them), the streams are independent, and in each stream a client's
+        # s messages form one (s·ε0)-LDP bundle whose shuffle the stream's shuffled messages
+        # post-process: the k-bundle shuffle per stream, streams added, is such a curve. (A curve
+        # for one changed record given the sample is not: a client whose other records stand out
+        # reveals whether it was sampled — issue 41's counterexample, exact/claimed 22.8.)
+        per_client = event.messages_per_user
+        routes[f"WBK19 Thm 9 (k of n clients) of each stream's shuffle of k client bundles ({per_client}·ε0-LDP "
+               "each), streams added"] = shuffle_gaussian.wbk_subsampled_rdp(
+            event.users / event.population,
+            _stream_curves(tuple(per_client * e for e in event.stream_epsilons), event.users,
+                           shuffle_ldp.shuffle_rdp_upper))
     return routes
 
 
