@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 import pytest
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from oracles.shuffled_rr import output_law, renyi
 from pipeline.accounting import mechanisms, shuffle_gaussian, shuffle_ldp
@@ -105,6 +106,28 @@ def test_every_route_bounds_the_exact_worst_case(case):
     assert not over, f"{case}: routes under-report the exact worst case: {over}"
     # The scan has teeth: the tight minimum is within a factor of the exact worst case at some order.
     assert ratios["tight (the ledger's minimum)"] > 0.05
+
+
+def exact_epsilon_floor(case: Case, calls: int, delta: float) -> float:
+    """A lower bound on the true ε at δ of `calls` composed calls: the largest over the scan's pairs of
+    dp_accounting's optimistic PLD (it rounds every privacy loss down), both directions."""
+    worst = 0.0
+    for before, after in case.neighbours():
+        p, q = ({i: math.log(v) for i, v in enumerate(case.law(x))} for x in (after, before))
+        pld = pld_lib.from_two_probability_mass_functions(q, p, pessimistic_estimate=False, symmetric=False)
+        worst = max(worst, pld.self_compose(calls).get_epsilon_for_delta(delta))
+    return worst
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[2], CASES[7], CASES[11]], ids=repr)
+def test_the_ledgers_epsilon_is_above_the_exact_pairs(case):
+    """The ε both modes report for 1 and 20 calls at δ = 1e-6 is at least the scanned pairs' exact ε."""
+    for calls in (1, 20):
+        floor = exact_epsilon_floor(case, calls, 1e-6)
+        claimed = {mode: mechanisms.composed_epsilon(case.event, calls, 1e-6, mode) for mode in ("tight", "paper")}
+        print(f"\n{case}, {calls} calls: exact ≥ {floor:.4f}, tight {claimed['tight']:.4f}, paper {claimed['paper']:.4f}")
+        assert min(claimed.values()) >= floor
+    assert claimed["tight"] <= 10.0 * floor  # the floor is at the ledger's scale: the check has teeth
 
 
 def _nested_route(ev: ShuffleLdpDpEvent) -> np.ndarray:
