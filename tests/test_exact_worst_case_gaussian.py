@@ -66,7 +66,7 @@ def _check(name: str, exact: np.ndarray, claims: dict) -> None:
     print(f"\n{name}:" + "".join(f"\n  {ratio:8.5f}  {route}" for route, ratio in ratios.items()))
     over = {route: ratio for route, ratio in ratios.items() if ratio > 1.0 + ROUNDING}
     assert not over, f"{name}: routes under-report the exact worst case: {over}"
-    assert max(ratios.values()) > 0.05  # the scan reaches the bounds' scale: the check can fail
+    assert ratios["tight (the ledger's minimum)"] > 0.2  # the scan reaches the ledger's scale: the check can fail
 
 
 def _claims(event) -> dict:

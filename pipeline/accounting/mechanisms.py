@@ -322,8 +322,10 @@ def _shuffle_ldp_routes(event: ShuffleLdpDpEvent) -> dict[str, np.ndarray]:
         routes["WBK19 Thm 9 (k of n users) of the shuffle of the k sampled users"] = shuffle_gaussian.wbk_subsampled_rdp(
             event.users / event.population,
             _stream_curves(event.stream_epsilons, event.users, shuffle_ldp.shuffle_rdp_upper))
-    if event.sampling == "uniform" and event.record_messages:
+    if event.sampling == "uniform" and 0 < event.record_messages <= event.records_min:
         # WBK19 Thm 9 over the clients needs a curve for sampled sets that differ in one WHOLE client.
+        # Every client holds at least s records, so each sends exactly s messages per stream (with
+        # fewer records than s for some, the count of a client's messages would tell who it is).
         # Given the sample and every client's choice of records (data-independent positions, so
         # joint convexity over them), the streams are independent, and in each stream a client's
         # s messages form one (s·ε0)-LDP bundle whose shuffle the stream's shuffled messages

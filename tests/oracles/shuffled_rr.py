@@ -1,8 +1,9 @@
 """The exact output law of shuffled binary randomized response with clients holding records.
 
-Every client holds m binary records. In a round some clients answer (all of them, k of n
-drawn uniformly without replacement, or each independently with probability q); each
-answering client sends s of its m records, drawn uniformly without replacement, and each
+Every client holds m binary records (or each its own count). In a round some clients
+answer (all of them, k of n drawn uniformly without replacement, or each independently with
+probability q); each answering client sends s of its records (all, if it holds fewer),
+drawn uniformly without replacement, and each
 sent record yields one message per stream: its bit through ε0-randomized response (2RR,
 P(report 1) = e^ε0/(1+e^ε0) for a 1, 1/(1+e^ε0) for a 0), independently per stream. Each
 stream is shuffled, so the analyzer sees each stream's count of ones (and, under Poisson
@@ -67,13 +68,14 @@ def _pad_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def output_law(ones: list[int], m: int, s: int, eps0: float, streams: int = 1, sampling: str = "all",
+def output_law(ones: list[int], m, s: int, eps0: float, streams: int = 1, sampling: str = "all",
                clients: int = 0, rate: float = 0.0) -> np.ndarray:
     """The analyzer's view's law: the streams' counts of ones (Poisson: and the number of answering clients).
 
     Args:
-      ones: each client's count of 1-records (0..m).
-      m, s: records held and sent per answering client.
+      ones: each client's count of 1-records (0..its records).
+      m: the records each client holds (one number, or one per client).
+      s: records sent per answering client (all of them if it holds fewer).
       eps0: each message's randomized-response ε0.
       streams: independent messages per sent record.
       sampling: "all", "uniform" (`clients` of len(ones)) or "poisson" (each at `rate`).
@@ -81,7 +83,8 @@ def output_law(ones: list[int], m: int, s: int, eps0: float, streams: int = 1, s
     Returns:
       Probabilities, flattened (Poisson: every joiner count's block in turn); they sum to 1.
     """
-    laws = [client_law(a, m, s, eps0, streams) for a in ones]
+    held = list(m) if isinstance(m, (list, tuple)) else [m] * len(ones)
+    laws = [client_law(a, h, min(s, h), eps0, streams) for a, h in zip(ones, held)]
     n = len(ones)
     if sampling == "all":
         return _symmetric_sums(laws, n)[n].ravel()
