@@ -40,8 +40,8 @@ from pipeline import engine
 from pipeline.accounting.compositions import SEQUENTIAL
 from pipeline.accounting.ledger import PrivacyLedger
 from pipeline.engine.tasks import map_tasks
-from pipeline.problems.records import choose_records
 from pipeline.errors import ConfigError
+from pipeline.problems.records import choose_records
 from pipeline.protocols.base import PlanError, Protocol, RoundPlan
 
 BATCH = 25_000  # trials per task: fixed, so that results do not depend on the workers

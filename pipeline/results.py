@@ -18,10 +18,9 @@ import functools
 import glob
 import importlib.metadata
 import subprocess
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import warnings
 
 import pandas as pd
 
