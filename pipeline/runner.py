@@ -537,7 +537,7 @@ def _measured_columns(job: engine.RunJob, records: list) -> tuple[str, ...]:
 
 
 def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id: str, started_at: datetime.datetime,
-               tracker: MlflowTracker, store: ParquetStore) -> dict:
+               tracker: MlflowTracker, store: ParquetStore, waiting=contextlib.nullcontext) -> dict:
     """Checks an executed run against its plan and records it in both sinks.
 
     The MLflow run gets its metrics and artifacts but stays RUNNING until the
@@ -555,12 +555,15 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
       started_at: when its MLflow run was started (UTC).
       tracker: the MLflow sink.
       store: the Parquet sink.
+      waiting: a context in which the wait for the separate re-derivation may be interrupted
+        (the grid's `_Interrupts.raising`: nothing is written before it).
 
     Returns:
       The run's runs.parquet row.
 
     Raises:
-      RuntimeError: the executed rounds differ from the planned ledger.
+      RuntimeError: the executed rounds differ from the planned ledger, or the separate
+        re-derivation gave no answer in its time (pipeline.accounting.rederive.TIMEOUT_S).
       LedgerError: the ledger, re-derived in a separate process, differs or misses the target.
       FloatingPointError: a NaN or infinity in the results.
     """
@@ -574,7 +577,8 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
     ledger_json = ledger.to_dict()
     if ledger_json != planned.ledger.to_dict():
         raise RuntimeError("the executed rounds differ from the planned ledger")
-    _check_rederived(planned, ledger, ledger_json)
+    with waiting():
+        _check_rederived(planned, ledger, ledger_json)
     epsilon_spent, delta_spent = ledger.spent_columns()
     measured = _measured_columns(job, records)
     # Columns and constants, not a DataFrame: the records' own arrays, and no per-row strings.
@@ -868,7 +872,8 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
                     if isinstance(outcome, BaseException):
                         raise outcome
                     _, records, wall_s = outcome
-                    row = record_run(item, records, wall_s, mlflow_run_id, started_at, tracker, store)
+                    row = record_run(item, records, wall_s, mlflow_run_id, started_at, tracker, store,
+                                     interrupts.raising)
                     del started[run_id]
                     summary.finished.append(row)
                     note = f"{run_id} {item.config['optimizer.name']} n={item.config['n_users']} " \

@@ -6,15 +6,21 @@ team's plug-in that patched `PrivacyLedger.within_target` finished a full_gd run
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pandas as pd
+import psutil
 import pytest
 import yaml
 
 from pipeline import cli
 from pipeline.accounting.ledger import PrivacyLedger
-from pipeline.accounting.rederive import rederive, verdict
+from pipeline.accounting.rederive import Rederiver, rederive, verdict
 from pipeline.config import expand
 from pipeline.runner import plan_run
 
@@ -111,3 +117,72 @@ def test_a_plugin_that_patches_the_ledger_fails_its_run_through_the_public_comma
     (row,) = pd.read_parquet(tmp_path / "out" / "runs.parquet").to_dict("records")
     assert row["status"] == "failed" and row["error"].startswith("LedgerError: ") and words in row["error"], row
     assert "0 finished, 0 skipped, 1 failed" in capsys.readouterr().out
+
+
+def _written() -> dict:
+    return json.loads(json.dumps(_planned("full_gd/shuffle_gaussian/tight/absolute/n500-d3-eps1/rounds=5").ledger.to_dict()))
+
+
+def test_a_sitecustomize_on_the_path_cannot_answer_for_the_process(tmp_path, monkeypatch):
+    """Issue 46: a sitecustomize.py on PYTHONPATH that prints a passing verdict was taken for the
+    answer. The process runs isolated and answers on its own pipe, each answer carrying its question's
+    nonce: a lowered ledger is still seen."""
+    (tmp_path / "sitecustomize.py").write_text(
+        'import json\nprint(json.dumps({"same": True, "epsilon": 0.0, "delta": 0.0, "within_target": True}), '
+        'flush=True)\n')
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    checker = Rederiver()
+    try:
+        lowered = _written()
+        lowered["accounting"]["tight"]["epsilon"] *= 0.5
+        assert checker(lowered)["same"] is False
+        assert checker(_written())["same"] is True  # and it answers the next question, not a stale line
+    finally:
+        checker.close()
+
+
+def test_a_stalled_process_is_bounded_and_killed():
+    """Issue 46: SIGSTOP on the re-derivation process left the driver waiting forever. The wait is
+    bounded: no answer in time is a RuntimeError (the run fails), the process is killed, and the next
+    question starts a new one."""
+    checker = Rederiver()
+    try:
+        assert checker(_written())["same"] is True
+        stalled = checker._process
+        os.kill(stalled.pid, signal.SIGSTOP)
+        began = time.monotonic()
+        with pytest.raises(RuntimeError, match="gave no answer within 2 s"):
+            checker(_written(), timeout=2.0)
+        assert 2.0 <= time.monotonic() - began < 10.0 and stalled.poll() is not None
+        assert checker(_written())["same"] is True
+    finally:
+        checker.close()
+
+
+def test_sigterm_stops_a_grid_whose_rederivation_stalls(tmp_path):
+    """Issue 46's reproducer through the public command: the re-derivation process stopped while a
+    grid records, SIGTERM to the driver ends it with 143 at once, its run marked failed."""
+    config = {"experiment": "stalled", "problem": {"name": "quadratic", "dim": 3, "radius": 1.0}, "n_users": 500,
+              "optimizer": {"name": "mean_estimation"}, "privacy": {"epsilon": 1.0, "delta": 1e-6},
+              "seeds": [0, 1, 2, 3], "execution": {"backend": "local"},
+              "tracking": {"mlflow_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "out": str(tmp_path / "out")}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    driver = psutil.Popen([sys.executable, "-m", "pipeline", "run", str(tmp_path / "config.yaml")], cwd=tmp_path,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = None
+    try:
+        deadline = time.monotonic() + 120
+        while child is None and time.monotonic() < deadline:
+            child = next((c for c in driver.children(recursive=True) if "rederive" in " ".join(c.cmdline())), None)
+            time.sleep(0.05)
+        assert child is not None, "the grid never started its re-derivation process"
+        child.suspend()
+        time.sleep(0.5)
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(timeout=30) == 143
+    finally:
+        for process in [driver, *([child] if child is not None else [])]:
+            if process.is_running():
+                process.kill()
+    runs = pd.read_parquet(tmp_path / "out" / "runs.parquet")
+    assert (runs["status"] == "failed").any() and "RUNNING" not in set(runs["status"])

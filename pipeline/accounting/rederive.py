@@ -4,19 +4,33 @@ accountants and nothing else (no plug-in module, no config), so that a plug-in t
 patches the ledger or an accountant in the driver cannot make a run report less than it
 spent, or pass its target unchecked (issue 29, item 1).
 
-The process is started once per driver, at the first check, and answers one JSON line
-per ledger for the driver's life: its start-up (about 1.5 s of imports) is paid once.
+The process is started once per driver, at the first check, and answers each ledger for
+the driver's life: its start-up (about 1.5 s of imports) is paid once. It runs isolated
+(`python -I`: no PYTHONPATH, no user site, no current folder on its path, so no
+`sitecustomize` a caller's environment slips in), and answers on a pipe of its own, each
+answer carrying the question's random nonce: a line printed on its stdout by anything else
+is never taken for a verdict (issue 46). The driver waits for an answer a bounded time
+(`TIMEOUT_S`) and kills a process that gives none.
 
-Run as `python -m pipeline.accounting.rederive`: ledger JSON lines in, verdict lines out.
+What it promises: a ledger that a plug-in (or a bug) changed in the driver is caught, as
+long as the driver's own check runs. A hostile plug-in runs in the driver and can disable
+that check too; `pipeline.results.load` (`verify`) re-derives a results folder's ledgers
+the same way in a process of its own, where no plug-in runs.
+
+Run as `python -I -m pipeline.accounting.rederive FD`: framed questions on stdin, answers on
+file descriptor FD.
 """
 from __future__ import annotations
 
 import atexit
 import json
 import os
+import secrets
+import select
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 
@@ -43,59 +57,105 @@ def verdict(data: dict) -> dict:
             "within_target": epsilon <= ledger.target[0] and delta <= ledger.target[1]}
 
 
+TIMEOUT_S = 600.0  # a verdict takes seconds (the ledgers' curves, once per process); a stalled process ends here
+
+
 class Rederiver:
     """The driver's side: sends a ledger to the separate process and reads its verdict."""
 
     def __init__(self):
         self._process: subprocess.Popen | None = None
+        self._answers = None  # the read end of the process's answer pipe
         self._lock = threading.Lock()  # one question at a time on the pipe
 
-    def __call__(self, data: dict) -> dict:
+    def __call__(self, data: dict, timeout: float = TIMEOUT_S) -> dict:
         """The separate process's verdict on a ledger JSON (see `verdict`).
 
+        Args:
+          data: a `PrivacyLedger.to_dict()`.
+          timeout: seconds to wait for the answer.
+
         Raises:
-          RuntimeError: the process died or answered nothing.
+          RuntimeError: the process died, answered nothing within `timeout` (it is killed), or
+            answered another question.
+          KeyboardInterrupt: a signal handler raised while waiting (the process is ended).
         """
         with self._lock:
             if self._process is None or self._process.poll() is not None:
-                self._process = self._start()
-            process = self._process
-            process.stdin.write(json.dumps(data) + "\n")
-            process.stdin.flush()
-            line = process.stdout.readline()
-        if not line:
-            self.close()
-            raise RuntimeError(f"the ledger's re-derivation process ended (exit {process.wait()})")
-        return json.loads(line)
+                self._start()
+            nonce = secrets.token_hex(16)
+            try:
+                self._process.stdin.write(json.dumps({"nonce": nonce, "ledger": data}) + "\n")
+                self._process.stdin.flush()
+                line = self._answer(timeout)
+            except BaseException:  # a half-asked question: the pipe's state is unknown, start afresh next time
+                self.close(kill=True)
+                raise
+        tag, _, answer = line.partition(" ")
+        if tag != nonce:
+            self.close(kill=True)
+            raise RuntimeError("the ledger's re-derivation process answered another question")
+        return json.loads(answer)
 
-    @staticmethod
-    def _start() -> subprocess.Popen:
-        # The package's own folder first on the path: the process imports this copy of it
-        # (a Ray job's working directory included), and no module the driver has loaded.
+    def _answer(self, timeout: float) -> str:
+        """The next line on the answer pipe, waiting at most `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        buffered = b""
+        while not buffered.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"the ledger's re-derivation process gave no answer within {timeout:g} s")
+            ready, _, _ = select.select([self._answers], [], [], min(left, 1.0))
+            if ready:
+                chunk = os.read(self._answers, 1 << 16)
+                if not chunk:
+                    raise RuntimeError(f"the ledger's re-derivation process ended (exit {self._process.wait()})")
+                buffered += chunk
+        return buffered.decode()
+
+    def _start(self) -> None:
+        # The package's own folder first on the path: the process imports this copy of it (a Ray
+        # job's working directory included), and no module the driver has loaded.
         root = str(Path(__file__).resolve().parents[2])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
-        return subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True, env=env, cwd=root)
+        read_end, write_end = os.pipe()
+        code = f"import sys; sys.path.insert(0, {root!r}); from pipeline.accounting.rederive import main; main({write_end})"
+        try:
+            self._process = subprocess.Popen([sys.executable, "-I", "-c", code], stdin=subprocess.PIPE,
+                                             stdout=subprocess.DEVNULL, text=True, cwd=root, pass_fds=(write_end,))
+        finally:
+            os.close(write_end)
+        self._answers = read_end
 
-    def close(self) -> None:
-        """Ends the process (its stdin closed: it exits after its last answer)."""
+    def close(self, kill: bool = False) -> None:
+        """Ends the process: its stdin closed, it exits after its last answer (or killed at once)."""
         process, self._process = self._process, None
+        answers, self._answers = self._answers, None
         if process is not None and process.poll() is None:
-            process.stdin.close()
+            if kill:
+                process.kill()
+            else:
+                process.stdin.close()
             try:
                 process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 process.kill()
+                process.wait()
+        if answers is not None:
+            os.close(answers)
 
 
 rederive = Rederiver()
 atexit.register(rederive.close)
 
 
-def main() -> None:
-    for line in sys.stdin:
-        print(json.dumps(verdict(json.loads(line))), flush=True)
+def main(answer_fd: int) -> None:
+    """Answers each question on stdin ({"nonce", "ledger"}) with "nonce verdict-JSON" on `answer_fd`."""
+    with os.fdopen(answer_fd, "w") as answers:
+        for line in sys.stdin:
+            question = json.loads(line)
+            answers.write(f"{question['nonce']} {json.dumps(verdict(question['ledger']))}\n")
+            answers.flush()
 
 
 if __name__ == "__main__":
-    main()
+    main(int(sys.argv[1]))
