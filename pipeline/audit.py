@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,7 @@ from pipeline.protocols.base import PlanError, Protocol, RoundPlan
 
 BATCH = 25_000  # trials per task: fixed, so that results do not depend on the workers
 _THRESHOLDS = 200  # candidate thresholds, from the median to the last few trials of the tail
+_PROBE = 2**40  # the generator key of the two trials that check the hooks in the driver (no batch starts there)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +136,11 @@ def audited_call(protocol: Protocol, round_plan: RoundPlan, dim: int, block_size
     if base.shape != expected or moved.shape != expected or not (base[:, 1:] == moved[:, 1:]).all():
         raise ConfigError("privacy.protocol", protocol.name, f"audit_pair must return two {expected} arrays "
                           "that differ in column 0 only")
+    if not (np.isfinite(base).all() and np.isfinite(moved).all()):
+        raise ConfigError("privacy.protocol", protocol.name, "audit_pair returned a NaN or infinite input")
+    if np.array_equal(base, moved):
+        raise ConfigError("privacy.protocol", protocol.name, "audit_pair returned the same inputs twice: an attack "
+                          "on identical neighbours bounds nothing")
     records = None
     if round_plan.per_record:
         records = (round_plan.records_min, round_plan.records_per_round or round_plan.records_min)
@@ -212,9 +219,30 @@ def _trial_statistics(call: AuditedCall, neighbour: int, first_trial: int, trial
         chosen = _answering(call.round_plan, rng)
         if call.records is not None:
             chosen = _sent_records(call, chosen, rng)
-        statistic = _release(call, inputs, chosen, rng, work)
-        out[trial] = call.protocol.audit_statistic(call.params, statistic)
+        out[trial] = _statistic(call, inputs, chosen, rng, work)
     return out
+
+
+def _statistic(call: AuditedCall, inputs: np.ndarray, chosen: np.ndarray | None, rng: np.random.Generator,
+               work: Any) -> float:
+    """`audit_statistic` of one release: a finite real number.
+
+    Raises:
+      ConfigError: the protocol's hooks exited the process or raised, or the statistic is not a
+        finite real number (a NaN threshold passes every test; the audit would bound nothing).
+    """
+    name = call.protocol.name
+    try:
+        value = call.protocol.audit_statistic(call.params, _release(call, inputs, chosen, rng, work))
+    except (Exception, SystemExit) as error:  # plug-in code: its failure is the config's to fix, in one line
+        raise ConfigError("privacy.protocol", name, f"its encoding or audit_statistic stopped the audit: "
+                          f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}") from None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Real, np.number)):
+        raise ConfigError("privacy.protocol", name, f"audit_statistic must return a real number, got a "
+                          f"{type(value).__name__}")
+    if not math.isfinite(value):
+        raise ConfigError("privacy.protocol", name, f"audit_statistic returned {value}: it must be finite")
+    return float(value)
 
 
 def _epsilon_lower_bound(positive_sorted: np.ndarray, negative_sorted: np.ndarray, threshold: float, upward: bool,
@@ -291,6 +319,8 @@ def attack(call: AuditedCall, delta: float, trials: int = 20_000, alpha: float =
     Returns:
       {epsilon_lower_bound, threshold, trials_per_neighbour, confidence, neighbours}.
     """
+    for neighbour in (0, 1):  # a hook that fails, exits or returns no number fails here, in one line
+        _trial_statistics(call, neighbour, _PROBE, 2, seed)
     batches = [(call, neighbour, first, min(BATCH, trials - first), seed)
                for neighbour in (0, 1) for first in range(0, trials, BATCH)]
     values = map_tasks(_trial_statistics, batches, backend, travellers=(call.protocol,))

@@ -165,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as err:
             print(err, file=sys.stderr)
             status = EXIT_BAD_INPUT
+        except SystemExit as exit_:  # nothing here exits: plug-in code did, and a command never ends 0 by it
+            print(f"error: plug-in code ended `{args.command}` with sys.exit({exit_.code!r}); "
+                  + ("the runs in flight are marked failed" if args.command == "run" else "nothing was done"),
+                  file=sys.stderr)
+            status = EXIT_RUNS_FAILED if args.command == "run" else EXIT_BAD_INPUT
         sys.stdout.flush()  # a closed pipe shows here, not as "Exception ignored" when Python exits
         return status
     except BrokenPipeError:

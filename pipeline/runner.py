@@ -107,7 +107,7 @@ def plan_run(run: RunConfig) -> PlannedRun:
         return _plan_run(run)
     except ConfigError:
         raise
-    except Exception as error:
+    except (Exception, SystemExit) as error:  # sys.exit in a plug-in's planning never ends a command with 0
         field = _raising_plugin(run, error)
         if field is None:  # the package's own code: its traceback is the bug report
             raise

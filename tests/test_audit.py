@@ -172,6 +172,55 @@ class NoPair(CentralGaussian):
 class Silent(CentralGaussian):
     name = "silent"
     supports_audit = False
+
+
+# Issue 46's hostile hooks: each once passed the audit (bound 0) or ended in a traceback.
+class SamePair(CentralGaussian):
+    name = "same_pair"
+
+    def audit_pair(self, round_plan, dim):
+        base, _ = super().audit_pair(round_plan, dim)
+        return base, base.copy()
+
+
+class NanPair(CentralGaussian):
+    name = "nan_pair"
+
+    def audit_pair(self, round_plan, dim):
+        base, moved = super().audit_pair(round_plan, dim)
+        moved[0, 0] = float("nan")
+        return base, moved
+
+
+class NanStatistic(CentralGaussian):
+    name = "nan_statistic"
+
+    def audit_statistic(self, params, statistic):
+        return float("nan")
+
+
+class TextStatistic(CentralGaussian):
+    name = "text_statistic"
+
+    def audit_statistic(self, params, statistic):
+        return "high"
+
+
+class ExitingEncoder(CentralGaussian):
+    name = "exiting_encoder"
+
+    @staticmethod
+    def encode_block(params, chunks, rng, work=None):
+        import sys
+        sys.exit(0)
+
+
+class RaisingEncoder(CentralGaussian):
+    name = "raising_encoder"
+
+    @staticmethod
+    def encode_block(params, chunks, rng, work=None):
+        raise ValueError("boom" + chr(10) + "a second line the error line leaves out")
 '''
 
 
@@ -179,6 +228,12 @@ class Silent(CentralGaussian):
     ("none", "privacy.protocol = 'none'", "cannot be audited: it is not private"),
     ("{plugin}:NoPair", "privacy.protocol = 'no_pair'", "refuses the audit's neighbouring pair"),
     ("{plugin}:Silent", "privacy.protocol = '{plugin}:Silent'", "must say why in `audit_refusal`"),
+    ("{plugin}:SamePair", "privacy.protocol = 'same_pair'", "the same inputs twice"),
+    ("{plugin}:NanPair", "privacy.protocol = 'nan_pair'", "a NaN or infinite input"),
+    ("{plugin}:NanStatistic", "privacy.protocol = 'nan_statistic'", "audit_statistic returned nan: it must be finite"),
+    ("{plugin}:TextStatistic", "privacy.protocol = 'text_statistic'", "must return a real number, got a str"),
+    ("{plugin}:ExitingEncoder", "privacy.protocol = 'exiting_encoder'", "stopped the audit: SystemExit"),
+    ("{plugin}:RaisingEncoder", "privacy.protocol = 'raising_encoder'", "stopped the audit: ValueError: boom"),
 ])
 def test_an_audit_that_cannot_run_is_one_line_and_exit_2(tmp_path, capsys, protocol, field, rule):
     plugin = tmp_path / "refusing.py"

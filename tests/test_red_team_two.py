@@ -26,6 +26,12 @@ PLUGINS = {
                  "@dataclasses.dataclass(frozen=True)\nclass Raises(SeqSGD):\n    name: ClassVar[str] = 'raises'\n\n"
                  "    @classmethod\n    def from_config(cls, *args, **kwargs):\n"
                  "        print('planning, said the plug-in')\n        raise RuntimeError('a bug of its own')\n",
+    "exits_planning.py": "import dataclasses, sys\nfrom typing import ClassVar\nfrom pipeline.optimizers.seq_sgd import SeqSGD\n"
+                         "\n\n@dataclasses.dataclass(frozen=True)\nclass ExitsPlanning(SeqSGD):\n"
+                         "    name: ClassVar[str] = 'exits_planning'\n\n    @classmethod\n"
+                         "    def from_config(cls, *args, **kwargs):\n        sys.exit(0)\n",
+    "exits_running.py": "import sys\nfrom pipeline.problems.quadratic import Quadratic\n\n\nclass ExitsRunning(Quadratic):\n"
+                        "    def gradients(self, theta, data, out=None):\n        sys.exit(0)\n",
 }
 
 
@@ -54,6 +60,25 @@ def test_a_plugin_that_calls_sys_exit_at_import_is_refused_not_a_silent_success(
     monkeypatch.chdir(tmp_path)
     _refused(tmp_path, capsys, "problem.name", ["does not import", "SystemExit"],
              **{"problem.name": "exits.py:X"})
+
+
+@pytest.mark.parametrize("command", ["run", "ledger", "audit"])
+def test_a_plugin_that_calls_sys_exit_while_planning_is_one_line_exit_2(tmp_path, capsys, monkeypatch, command):
+    """Issue 46: a from_config that calls sys.exit(0) made run, ledger and audit exit 0."""
+    monkeypatch.chdir(tmp_path)
+    _refused(tmp_path, capsys, "optimizer.name", ["the plug-in raised SystemExit: 0"], command,
+             **{"optimizer.name": "exits_planning.py:ExitsPlanning"})
+
+
+def test_a_plugin_that_exits_inside_a_run_fails_it_and_run_exits_1(tmp_path, capsys, monkeypatch):
+    """Issue 46: a problem whose gradients call sys.exit(0) failed its run, but `run` exited 0."""
+    monkeypatch.chdir(tmp_path)
+    path = _config(tmp_path, **{"problem.name": "exits_running.py:ExitsRunning",
+                                "optimizer.name": "seq_sgd"})
+    assert cli.main(["run", str(path)]) == 1
+    assert "plug-in code ended `run` with sys.exit(0)" in capsys.readouterr().err
+    (row,) = pd.read_parquet(tmp_path / "out" / "runs.parquet").to_dict("records")
+    assert row["status"] == "failed" and "SystemExit" in row["error"]
 
 
 def test_a_plugins_own_exception_while_planning_is_one_line_naming_it(tmp_path, capsys, monkeypatch):
