@@ -9,6 +9,7 @@ import sys
 
 from pipeline import calculator  # light: the heavy modules load in the command that needs them
 from pipeline.errors import ConfigError
+from pipeline.uris import redact
 
 EXIT_OK, EXIT_RUNS_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_TERMINATED = 143  # SIGTERM, 128 + 15, as a shell reports a process it killed
@@ -71,12 +72,12 @@ def _run(args: argparse.Namespace) -> int:
         print(f"final excess loss: best {losses[0]:.4g}, worst {losses[-1]:.4g}")
     for run_id, error in summary.failed:
         print(f"  failed {run_id}: {error}")
-    print(f"MLflow store: {first['tracking.mlflow_uri']} (experiment {first['experiment']!r})")
+    print(redact(f"MLflow store: {first['tracking.mlflow_uri']} (experiment {first['experiment']!r})"))
     runs_table, rounds_table = summary.tables
     print(f"Parquet:      {runs_table}\n              {rounds_table}\n"
           f"              (pipeline.results.load({summary.folder!r}) reads both)")
-    print(f"MLflow UI:    {ui_command(first['tracking.mlflow_uri'])}, then "
-          f"{experiment_address(first['tracking.mlflow_uri'], summary.experiment_id)}")
+    print(redact(f"MLflow UI:    {ui_command(first['tracking.mlflow_uri'])}, then "
+                 f"{experiment_address(first['tracking.mlflow_uri'], summary.experiment_id)}"))
     return EXIT_RUNS_FAILED if summary.failed else EXIT_OK
 
 

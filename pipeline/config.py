@@ -31,6 +31,7 @@ from pipeline.options import text as _text
 from pipeline.protocols import DEFAULT_PROTOCOL
 from pipeline.problems.records import parse_records_per_user
 from pipeline.protocols.base import PRIVACY_MODELS
+from pipeline.uris import redact
 
 RECORD, USER = "record", "user"
 UNITS = (RECORD, USER)
@@ -251,8 +252,10 @@ class RunConfig:
         return f"{self.config_hash[:12]}-s{self.seed}"
 
     def flat(self) -> dict[str, Any]:
-        """The dotted fields and the seed (params, Parquet columns)."""
-        return {**self.values, "seed": self.seed}
+        """The dotted fields and the seed as they are recorded (params, Parquet columns, config.yaml):
+        a URI's credentials redacted (pipeline.uris.redact)."""
+        return {**{field: redact(value) if isinstance(value, str) else value for field, value in self.values.items()},
+                "seed": self.seed}
 
     def nested(self) -> dict[str, Any]:
         """The run as a config file would write it."""

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import reprlib
 
+from pipeline.uris import redact
+
 # The most characters of a value an error line quotes: a YAML alias bomb, or a
 # pasted data file, must not print (or even build) its full expansion.
 SHOWN_CHARS = 200
@@ -67,7 +69,8 @@ class ConfigError(ValueError):
         self.field, self.value, self.rule = field, value, rule
         # A field can be a key the user wrote (an unknown field): bounded like a value.
         named = field if len(field) <= SHOWN_CHARS else field[:SHOWN_CHARS] + "…"
-        super().__init__(f"config error: {named} = {shown(value)}: {rule}")
+        # A URI's credentials never reach the line (pipeline.uris.redact).
+        super().__init__(redact(f"config error: {named} = {shown(value)}: {rule}"))
 
 
 class NonFiniteError(FloatingPointError):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -14,6 +15,42 @@ GCS_RETRY_LIMIT_S = 8
 # Schemes whose client is a JVM (libhdfs): it writes its own log and stack traces to the process's
 # stderr (file descriptor 2), dozens of lines when it cannot connect, after the config error's line.
 JVM_SCHEMES = ("hdfs", "viewfs")
+
+
+# Query options whose values are credentials (pyarrow's S3 `access_key`, `secret_key`,
+# `session_token`, Azure's SAS `sig`, …): matched by these parts of their names.
+_SECRET_OPTION = re.compile(r"secret|passw|token|key|credential|signature|^sig$", re.IGNORECASE)
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"]+")
+REDACTED = "REDACTED"
+
+
+def _redact_uri(uri: str) -> str:
+    parts = urlsplit(uri)
+    netloc = parts.netloc
+    if "@" in netloc:  # user:password@host: the password goes, the user stays
+        user, _, host = netloc.rpartition("@")
+        if ":" in user:
+            netloc = f"{user.split(':', 1)[0]}:{REDACTED}@{host}"
+    query = "&".join(f"{key}={REDACTED}" if _SECRET_OPTION.search(key) and sep else f"{key}{sep}{value}"
+                     for key, sep, value in (item.partition("=") for item in parts.query.split("&") if item))
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def redact(text: str) -> str:
+    """`text` with the credentials of every URI in it replaced by REDACTED: a password in the
+    user part, and the values of query options that name a secret, key or token.
+
+    Everything the pipeline records or prints (MLflow params and tags, the config.yaml
+    artifact, the runs table, the console, error lines) goes through this; the stores are
+    opened with the URI as written.
+
+    Args:
+      text: a URI, or a line that may hold some.
+
+    Returns:
+      The text, redacted.
+    """
+    return _URI.sub(lambda match: _redact_uri(match.group(0)), text) if "://" in text else text
 
 
 def with_retry_limit(uri: str) -> str:

@@ -386,3 +386,28 @@ def test_a_run_an_older_accountant_recorded_is_flagged_when_loaded(tmp_path, new
     with pytest.warns(UserWarning, match=r"1 run\(s\) recorded before accounting version 2: record-level tight"):
         runs, _ = results.load(out)
     assert runs["accounting_outdated"].tolist() == [True] and runs["budget_unproven"].tolist() == [True]
+
+
+def test_credentials_in_the_results_uri_are_recorded_nowhere(tmp_path, s3, new_mlflow_store, capsys, monkeypatch):
+    """Issue 46: an S3 secret key given in the results URI (pyarrow's `s3://KEY:SECRET@bucket/…`) was
+    written in clear into MLflow, the config.yaml artifact, the runs part on S3 and the console. It is
+    used to open the store and redacted everywhere it is recorded or printed."""
+    secret = "wJalrXUtnFEMIK7MDENGbPxRfiCYSECRET"
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    out = f"s3://AKIDTESTING:{secret}@dataset/secret/run?{s3['options']}"
+    monkeypatch.chdir(tmp_path)
+    assert _run(_config(tmp_path, uri, seeds=[0], grid={}), out) == 0
+    printed = capsys.readouterr()
+    assert secret not in printed.out + printed.err and "AKIDTESTING:REDACTED@" in printed.out
+    runs, _ = results.load(out)  # the URI as written still opens the store
+    assert len(runs) == 1 and "AKIDTESTING:REDACTED@" in runs["results_folder"].iloc[0]
+    assert (runs["tracking.out"].str.contains("AKIDTESTING:REDACTED@")).all()
+    stored = [info.path for info in s3["filesystem"].get_file_info(pafs.FileSelector("dataset/secret", recursive=True))
+              if info.type == pafs.FileType.File]
+    assert stored and not any(secret.encode() in s3["filesystem"].open_input_stream(path).read() for path in stored)
+    local = [path for path in tmp_path.rglob("*") if path.is_file()]
+    assert any(path.name == "config.yaml" for path in local)  # MLflow's artifact copy is among them
+    assert not any(secret.encode() in path.read_bytes() for path in local)
+    with pytest.raises(config.ConfigError) as refused:  # an error line that quotes the URI redacts it too
+        results.load(f"s3://dataset/nowhere/run?{s3['options']}&secret_key={secret}")  # an option pyarrow refuses
+    assert secret not in str(refused.value) and "REDACTED" in str(refused.value)

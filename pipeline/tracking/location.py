@@ -13,7 +13,7 @@ from urllib.parse import urlparse, urlsplit
 import pyarrow.fs as pafs
 
 from pipeline.errors import ConfigError
-from pipeline.uris import native_output_held, with_retry_limit
+from pipeline.uris import native_output_held, redact, with_retry_limit
 
 # Schemes pyarrow.fs opens; anything else with "://" is refused instead of becoming a local folder "s3:".
 SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
@@ -32,7 +32,8 @@ class Location:
     """A results folder on some file system.
 
     Attributes:
-      shown: the folder as the user wrote it (a path made absolute, or the URI).
+      shown: the folder as the user wrote it (a path made absolute, or the URI, its credentials
+        redacted: it is what is printed and recorded).
       filesystem: the pyarrow file system it lives on.
       root: its path on that file system (no trailing slash).
       prefix: what comes before a path in an address ("s3://", "hdfs://host:8020"; "" locally).
@@ -56,7 +57,7 @@ class Location:
 
     def address(self, path: str) -> str:
         """The address of a path of this file system, as the user would write it (a URI, or a local path)."""
-        return self.prefix + path + (f"?{self.query}" if self.query else "")
+        return redact(self.prefix + path + (f"?{self.query}" if self.query else ""))
 
     def write(self, path: str, data: bytes) -> None:
         """Writes a file whole or not at all (see write_with)."""
@@ -143,7 +144,7 @@ def open_location(out: str, field: str = "tracking.out") -> Location:
     root = root.rstrip("/")
     # What precedes the file system's path in an address: s3://bucket/x has the path "bucket/x".
     prefix = f"{scheme}://" if root.startswith(parts.netloc) else f"{scheme}://{parts.netloc}"
-    return Location(out, filesystem, root, prefix, parts.query)
+    return Location(redact(out), filesystem, root, prefix, parts.query)
 
 
 def check_writable(location: Location, field: str = "tracking.out") -> None:
