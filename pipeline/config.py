@@ -22,7 +22,7 @@ import yaml
 from pipeline import plugins
 from pipeline.accounting.compositions import ACCOUNTING_MODES
 from pipeline.engine import BACKENDS, SIMULATIONS
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, items_within as _items_within
 from pipeline.optimizers import PARAMETER_MODES
 from pipeline.options import choice as _choice
 from pipeline.options import integer as _integer
@@ -34,6 +34,10 @@ from pipeline.protocols.base import PRIVACY_MODELS
 from pipeline.uris import redact
 
 RECORD, USER = "record", "user"
+MIN_DELTA = 1e-100  # the smallest δ accepted: the accountants divide by δ and by δ/(d + 1)
+MAX_DEPTH = 32  # the deepest nesting of mappings and lists a config may have (every field sits within 4)
+MAX_RUNS = 100_000  # the most runs (grid points × seeds) a config may expand to
+MAX_GRID_ITEMS = 10_000  # the most scalars one grid value may hold (a YAML alias bomb expands to billions)
 UNITS = (RECORD, USER)
 
 SHUFFLE = "shuffle"
@@ -158,7 +162,8 @@ FIELDS: dict[str, Field] = {
     # Robust mode: the fraction γ of each round's users who send (Corollary A.9's range).
     "privacy.honest_fraction": Field(_real(1 / 3, 1.0, False, False, "seed 000, Corollary A.9"), kind=float),
     "privacy.epsilon": Field(_real(0.0, 15.0, True, False, "seed 000, Theorem 3.2 needs 0 < ε ≤ 15"), 1.0, kind=float),
-    "privacy.delta": Field(_real(0.0, 0.5, True, True, "seed 000, Theorem 3.2 needs 0 < δ < 1/2"), 1e-6, kind=float),
+    "privacy.delta": Field(_real(MIN_DELTA, 0.5, False, True, "seed 000, Theorem 3.2 needs 0 < δ < 1/2; below "
+                                 f"{MIN_DELTA:g}, δ/(d + 1) and 1/δ leave floating point"), 1e-6, kind=float),
     "privacy.accounting": Field(_choice(ACCOUNTING_MODES), "paper"),
     # What a neighbouring dataset changes: one record, or one user's whole dataset (the same with one record each).
     "privacy.unit": Field(_choice(UNITS), USER),
@@ -340,6 +345,9 @@ def _parse_grid(value: Any) -> dict[str, list[Any]]:
                               "execution.shards or tracking.*)")
         if not isinstance(options, list) or not options:
             raise ConfigError(f"grid.{key}", options, "must be a non-empty list of values")
+        if _items_within(options, MAX_GRID_ITEMS) < 0:  # counted before anything walks it whole
+            raise ConfigError(f"grid.{key}", options, f"holds more than {MAX_GRID_ITEMS:,} values (a YAML alias "
+                                                      "expands each time it is used)")
         # A plug-in option is checked per grid point, against the class that point runs.
         grid[key] = [_parse_field(key, option, f"grid.{key}[{i}]") if key in FIELDS else option
                      for i, option in enumerate(options)]
@@ -423,13 +431,33 @@ def load_yaml(text: str, source: str, prefix: str = "") -> Any:
     """
     loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
+        try:
+            node = loader.get_single_node()
+        except RecursionError:  # PyYAML composes recursively: a document nested ~1000 deep ends it
+            raise ConfigError("config", source, f"nests mappings or lists more than {MAX_DEPTH} deep") from None
         if node is None:
             return None
+        _refuse_deep_nesting(node, source)
         _refuse_duplicate_keys(node, prefix, set(), source)
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def _refuse_deep_nesting(root: yaml.Node, source: str) -> None:
+    """Refuses a document nested more than MAX_DEPTH deep (walked without recursion, each node once)."""
+    stack, seen = [(root, 1)], set()
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigError("config", source, f"nests mappings or lists more than {MAX_DEPTH} deep")
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            stack.extend((child, depth + 1) for pair in node.value for child in pair)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in node.value)
 
 
 def read_config(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
@@ -496,6 +524,11 @@ def expand(tree: dict[str, Any]) -> list[RunConfig]:
                                                      "tracking.mlflow_uri (from MLFLOW_TRACKING_URI)")
     values.setdefault("tracking.out", str(Path("results") / values["experiment"]))
     keys = list(grid)
+    runs = math.prod(len(options) for options in grid.values()) * len(seeds)
+    if runs > MAX_RUNS:
+        raise ConfigError("grid", {key: len(options) for key, options in grid.items()},
+                          f"expands to {runs:,} runs ({' × '.join(str(len(o)) for o in grid.values())} grid points × "
+                          f"{len(seeds)} seeds); at most {MAX_RUNS:,} in one config: split it")
     points = [_parse_options(_resolve_privacy({**values, **dict(zip(keys, point))}), keys)
               for point in itertools.product(*(grid[k] for k in keys))]
     # The grid keys whose resolved values differ between points: the run names show them.

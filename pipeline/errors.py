@@ -23,7 +23,7 @@ def _bounded_repr() -> reprlib.Repr:
 _REPR = _bounded_repr()
 
 
-def _items_within(value: object, budget: int) -> int:
+def items_within(value: object, budget: int) -> int:
     """What is left of `budget` after counting the items of a nested value; negative
     once exceeded, so an alias bomb (shared lists, exponentially many items) stops early."""
     budget -= 1
@@ -33,7 +33,7 @@ def _items_within(value: object, budget: int) -> int:
         for item in value:
             if budget < 0:
                 break
-            budget = _items_within(item, budget)
+            budget = items_within(item, budget)
     return budget
 
 
@@ -49,7 +49,7 @@ def shown(value: object) -> str:
     """
     if isinstance(value, str):
         text = repr(value[:SHOWN_CHARS + 1])
-    elif _items_within(value, 200) >= 0:
+    elif items_within(value, 200) >= 0:
         text = repr(value)
     else:
         text = _REPR.repr(value)

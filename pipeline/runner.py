@@ -556,7 +556,7 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
       tracker: the MLflow sink.
       store: the Parquet sink.
       waiting: a context in which the wait for the separate re-derivation may be interrupted
-        (the grid's `_Interrupts.raising`: nothing is written before it).
+        (the grid's `_Interrupts.raising_new`: nothing is written before it).
 
     Returns:
       The run's runs.parquet row.
@@ -769,6 +769,13 @@ class _Interrupts:
     def raising(self):
         """A block in which a signal raises at once (the driver waiting for its runs)."""
         self.check()
+        with self.raising_new():
+            yield
+
+    @contextlib.contextmanager
+    def raising_new(self):
+        """A block in which a new signal raises at once, one that came before still waiting for the
+        next run boundary (the wait for a run's separate ledger check, before it is recorded)."""
         self._raising = True
         try:
             yield
@@ -873,7 +880,7 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
                         raise outcome
                     _, records, wall_s = outcome
                     row = record_run(item, records, wall_s, mlflow_run_id, started_at, tracker, store,
-                                     interrupts.raising)
+                                     interrupts.raising_new)
                     del started[run_id]
                     summary.finished.append(row)
                     note = f"{run_id} {item.config['optimizer.name']} n={item.config['n_users']} " \

@@ -19,21 +19,23 @@ JVM_SCHEMES = ("hdfs", "viewfs")
 
 # Query options whose values are credentials (pyarrow's S3 `access_key`, `secret_key`,
 # `session_token`, Azure's SAS `sig`, …): matched by these parts of their names.
-_SECRET_OPTION = re.compile(r"secret|passw|token|key|credential|signature|^sig$", re.IGNORECASE)
+_SECRET_VALUE = re.compile(r"([?&](?:[^=&#]*(?:secret|passw|token|key|credential|signature)[^=&#]*|sig)=)[^&#]*",
+                           re.IGNORECASE)
 _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"]+")
 REDACTED = "REDACTED"
 
 
 def _redact_uri(uri: str) -> str:
-    parts = urlsplit(uri)
-    netloc = parts.netloc
-    if "@" in netloc:  # user:password@host: the password goes, the user stays
-        user, _, host = netloc.rpartition("@")
+    """One URI with its credentials replaced; every other character as written (`sqlite:////abs` stays)."""
+    scheme, _, rest = uri.partition("://")
+    end = min((rest.find(mark) for mark in "/?#" if mark in rest), default=len(rest))
+    authority, tail = rest[:end], rest[end:]
+    if "@" in authority:  # user:password@host: the password goes, the user stays
+        user, _, host = authority.rpartition("@")
         if ":" in user:
-            netloc = f"{user.split(':', 1)[0]}:{REDACTED}@{host}"
-    query = "&".join(f"{key}={REDACTED}" if _SECRET_OPTION.search(key) and sep else f"{key}{sep}{value}"
-                     for key, sep, value in (item.partition("=") for item in parts.query.split("&") if item))
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
+            authority = f"{user.split(':', 1)[0]}:{REDACTED}@{host}"
+    tail = _SECRET_VALUE.sub(lambda match: f"{match.group(1)}{REDACTED}", tail)
+    return f"{scheme}://{authority}{tail}"
 
 
 def redact(text: str) -> str:

@@ -1,0 +1,77 @@
+"""Red team, round three (issue 46): hostile configs, each once a traceback or a command that did
+not end, are one config-error line naming the field and the numbers, exit 2, before any work."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline import cli
+from pipeline.uris import redact
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ("n_users: 1000\nproblem: {name: quadratic, dim: 2}\noptimizer: {name: mean_estimation}\n"
+        "execution: {backend: local}\n")
+
+
+def _deep() -> str:
+    return "problem: " + "{a: " * 100_000 + "1" + "}" * 100_000 + "\n"
+
+
+def _alias_bomb() -> str:
+    """A plug-in option's grid value that expands to 10⁹ numbers (ten lists of ten, nine levels deep)."""
+    levels = ["&l0 [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]"]
+    levels += [f"&l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 9)]
+    return (BASE.replace("mean_estimation", f"'{ROOT}/experiments/plugins/momentum_sgd.py:MomentumSGD'")
+            + f"grid:\n  optimizer.momentum: [[{', '.join(levels)}]]\n")
+
+
+def _big_grid() -> str:
+    values = ", ".join(str(1 + i / 1000) for i in range(1000))
+    return (BASE + f"grid:\n  privacy.epsilon: [{values}]\n  n_users: [{', '.join(str(1000 + i) for i in range(1000))}]\n"
+            f"  problem.dim: [{', '.join(str(1 + i) for i in range(1000))}]\n")
+
+
+CASES = {
+    # a 2,989-line RecursionError traceback
+    "nesting 100,000 deep": (_deep, "config", "nests mappings or lists more than 32 deep"),
+    # ZeroDivisionError in P_vec's calibration
+    "subnormal δ": (lambda: BASE + "privacy: {epsilon: 1.0, delta: 5.0e-324}\n", "privacy.delta",
+                    "must be a number in [1e-100, 0.5)"),
+    # `ledger` ran until killed
+    "a grid of 10⁹ points": (_big_grid, "grid", "expands to 1,000,000,000 runs (1000 × 1000 × 1000"),
+    # no answer in 150 s
+    "an alias bomb in a plug-in option's grid": (_alias_bomb, "grid.optimizer.momentum", "holds more than 10,000 values"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("command", ["ledger", "run"])
+def test_a_hostile_config_is_one_line_exit_2_at_once(tmp_path, capsys, monkeypatch, case, command):
+    make, field, words = CASES[case]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "hostile.yaml").write_text(make())
+    began = time.monotonic()
+    assert cli.main([command, "hostile.yaml"]) == 2
+    assert time.monotonic() - began < 30  # refused before any work, not after it
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"config error: {field} = "), lines
+    assert words in lines[0], lines[0]
+    assert not (tmp_path / "results").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.parametrize("written,recorded", [
+    ("s3://AKID:wJalrSECRET@bucket/x?endpoint_override=h:9000", "s3://AKID:REDACTED@bucket/x?endpoint_override=h:9000"),
+    ("s3://bucket?secret_key=S&access_key=A&scheme=http", "s3://bucket?secret_key=REDACTED&access_key=REDACTED&scheme=http"),
+    ("postgresql://mlflow:pw@db:5432/mlflow", "postgresql://mlflow:REDACTED@db:5432/mlflow"),
+    ("abfs://c@acct.dfs.core.windows.net/p?sv=1&sig=abc&se=2", "abfs://c@acct.dfs.core.windows.net/p?sv=1&sig=REDACTED&se=2"),
+    ("gs://b/p?retry_limit_seconds=8", "gs://b/p?retry_limit_seconds=8"),
+    ("sqlite:////tmp/a/mlflow.db", "sqlite:////tmp/a/mlflow.db"),  # written back as is, or MLflow cannot open it
+    ("hdfs://user@namenode:8020/p", "hdfs://user@namenode:8020/p"),
+    ("results/quickstart", "results/quickstart"),
+    ("error: 's3://A:B@b/x' cannot be opened", "error: 's3://A:REDACTED@b/x' cannot be opened"),
+])
+def test_a_uri_is_recorded_without_its_credentials_and_otherwise_as_written(written, recorded):
+    assert redact(written) == recorded
