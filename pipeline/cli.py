@@ -78,7 +78,23 @@ def _run(args: argparse.Namespace) -> int:
           f"              (pipeline.results.load({summary.folder!r}) reads both)")
     print(redact(f"MLflow UI:    {ui_command(first['tracking.mlflow_uri'])}, then "
                  f"{experiment_address(first['tracking.mlflow_uri'], summary.experiment_id)}"))
+    if any(run["problem.source"] for run in runs):
+        _say_composed_spend(first["tracking.out"])
     return EXIT_RUNS_FAILED if summary.failed else EXIT_OK
+
+
+def _say_composed_spend(folder: str) -> None:
+    """What each table the folder's runs read has spent over all of them (pipeline.results.privacy_by_source)."""
+    import warnings
+
+    from pipeline import results
+
+    with warnings.catch_warnings():  # an older run's flag is the loader's to raise, in a notebook
+        warnings.simplefilter("ignore")
+        spent = results.privacy_by_source(results.load(folder)[0])
+    for row in spent.itertuples():
+        print(redact(f"Together:     the {row.runs} runs in this folder that read {row.source} spend "
+                     f"(ε, δ) = ({row.epsilon:.4g}, {row.delta:.3g}) of its {row.unit}s' privacy (basic composition)"))
 
 
 def _migrate(args: argparse.Namespace) -> int:

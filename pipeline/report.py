@@ -337,7 +337,8 @@ def build_report(out: str | Path) -> list[Path]:
     Returns:
       The files written (PNG figures, slopes.csv, and on datasets with held-out
       records accuracy_vs_epsilon.png and accuracy.csv: `accuracy_summary`, one panel
-      per unit of privacy when the runs vary privacy.unit).
+      per unit of privacy when the runs vary privacy.unit; on datasets
+      privacy_by_source.csv: what each table spent over its runs, `results.privacy_by_source`).
 
     Raises:
       ConfigError: the folder holds no finished runs.
@@ -371,4 +372,10 @@ def build_report(out: str | Path) -> list[Path]:
         written.append(path)
     slopes.to_csv(folder / "slopes.csv", index=False)
     written.append(folder / "slopes.csv")
+    from pipeline import results
+
+    spent = results.privacy_by_source(runs)
+    if not spent.empty:  # a table's users are protected by the total of the runs that read it, not by each
+        spent.to_csv(folder / "privacy_by_source.csv", index=False)
+        written.append(folder / "privacy_by_source.csv")
     return written

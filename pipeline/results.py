@@ -135,6 +135,36 @@ def _flag_outdated_accounting(runs: pd.DataFrame) -> None:
                           "(column budget_unproven)", stacklevel=3)
 
 
+COMPOSED_SPEND = ("basic composition over the runs that read the table (Σε, Σδ of their ledgers' totals): a grid "
+                  "on private data spends all its runs' budgets together; at record level a user's records share it")
+
+
+def privacy_by_source(runs: pd.DataFrame) -> pd.DataFrame:
+    """What each source table has spent over the runs that read it.
+
+    Each run is (ε, δ)-DP for the table's users (or records) by its ledger; runs over the same
+    table compose. Basic composition (Σε, Σδ) bounds them whatever each run did; a tighter total
+    would need the runs' RDP curves, which the runs table does not carry.
+
+    Args:
+      runs: a runs table (`load`'s), one row per finished run.
+
+    Returns:
+      One row per `problem.source`: runs, epsilon, delta, unit ("user" only if every run
+      protected users, else "record": a record-level run does not protect a user's records
+      together), rule. Empty where no run read a table.
+    """
+    if "problem.source" not in runs or runs["problem.source"].isna().all():
+        return pd.DataFrame(columns=["source", "runs", "epsilon", "delta", "unit", "rule"])
+    read = runs[runs["problem.source"].notna()]
+    units = read.get("privacy.unit", pd.Series("user", index=read.index)).fillna("user")
+    rows = [{"source": source, "runs": len(group), "epsilon": float(group["epsilon"].astype(float).sum()),
+             "delta": float(group["delta"].astype(float).sum()),
+             "unit": "user" if (units[group.index] == "user").all() else "record", "rule": COMPOSED_SPEND}
+            for source, group in read.groupby("problem.source", sort=True)]
+    return pd.DataFrame(rows)
+
+
 def load(source: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Reads every results folder a source names into one runs and one rounds table.
 

@@ -461,3 +461,26 @@ def test_an_unreachable_gcs_source_is_one_line_in_seconds(tmp_path, monkeypatch,
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"config error: problem.source = '{source}': cannot be"), lines
     assert not (tmp_path / "out").exists()
+
+
+def test_what_a_table_spent_over_its_runs_is_stated(tmp_path, capsys):
+    """Issue 46: six runs of one grid (3 seeds × ε ∈ {1, 4}) read the same users, and no output said
+    that together they spend their sum. `run` says it, `report` writes it, and
+    results.privacy_by_source gives it: basic composition, Σε and Σδ of the runs' own ledgers."""
+    from pipeline import results
+
+    source = _table(tmp_path / "users.parquet", *_logistic_data(800))
+    path = _config(tmp_path, {"source": str(source), "loss": "logistic"}, seeds=[0, 1, 2],
+                   grid={"privacy.epsilon": [1.0, 4.0]})
+    assert cli.main(["run", str(path)]) == 0
+    printed = capsys.readouterr().out
+    runs, _ = results.load(tmp_path / "out")
+    assert len(runs) == 6
+    (row,) = results.privacy_by_source(runs).to_dict("records")
+    assert row["source"] == str(source) and row["runs"] == 6 and row["unit"] == "user"
+    assert row["epsilon"] == pytest.approx(runs["epsilon"].sum()) and 12.0 < row["epsilon"] <= 15.0
+    assert row["delta"] == pytest.approx(runs["delta"].sum()) and row["delta"] <= 6e-6
+    assert f"the 6 runs in this folder that read {source} spend (ε, δ) = ({row['epsilon']:.4g}," in printed
+    assert cli.main(["report", str(tmp_path / "out")]) == 0
+    written = pd.read_csv(tmp_path / "out" / "report" / "privacy_by_source.csv")
+    assert written["runs"].tolist() == [6] and written["epsilon"].iloc[0] == pytest.approx(row["epsilon"])
