@@ -484,3 +484,16 @@ def test_what_a_table_spent_over_its_runs_is_stated(tmp_path, capsys):
     assert cli.main(["report", str(tmp_path / "out")]) == 0
     written = pd.read_csv(tmp_path / "out" / "report" / "privacy_by_source.csv")
     assert written["runs"].tolist() == [6] and written["epsilon"].iloc[0] == pytest.approx(row["epsilon"])
+
+
+def test_a_refused_label_names_its_row_and_rule_never_its_value(tmp_path, capsys):
+    """Issue 46: `problem.label = 'label': row 1234 of … is 3.14159: …` quoted a user's value."""
+    features, labels = _logistic_data(200)
+    labels = labels.astype(float)
+    labels[123] = 3.14159
+    source = _table(tmp_path / "users.parquet", features, labels)
+    path = _config(tmp_path, {"source": str(source), "loss": "logistic"}, n_users=200)
+    assert cli.main(["run", str(path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("config error: problem.label = 'label': row 123 of ") and "must be 0 or 1" in line
+    assert "3.14" not in line

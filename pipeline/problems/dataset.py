@@ -363,8 +363,9 @@ class Dataset(Problem):
                 bad = self.loss.bad_labels(batch[-1])
                 if bad.any():
                     row = int(np.argmax(bad))
-                    raise ConfigError("problem.label", self.label, f"row {rows + row} of {source} is "
-                                                                   f"{batch[-1, row]:g}: labels of loss {self.loss.name} "
+                    # The row and the rule, never the value: a table's contents stay out of error lines.
+                    raise ConfigError("problem.label", self.label, f"row {rows + row} of {source} breaks the rule: "
+                                                                   f"labels of loss {self.loss.name} "
                                                                    f"{self.loss.label_rule()}")
                 codings |= self.loss.codings(batch[-1])
                 if len(codings) > 1:
