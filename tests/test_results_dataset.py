@@ -411,3 +411,80 @@ def test_credentials_in_the_results_uri_are_recorded_nowhere(tmp_path, s3, new_m
     with pytest.raises(config.ConfigError) as refused:  # an error line that quotes the URI redacts it too
         results.load(f"s3://dataset/nowhere/run?{s3['options']}&secret_key={secret}")  # an option pyarrow refuses
     assert secret not in str(refused.value) and "REDACTED" in str(refused.value)
+
+
+def _migrated_with_leftovers(tmp_path, new_mlflow_store) -> tuple[Path, str, pd.DataFrame, pd.DataFrame]:
+    """A folder migrated, then the old tables planted back as an interrupted cleanup leaves them."""
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    out = tmp_path / "out"
+    assert _run(_config(tmp_path, uri), str(out)) == 0
+    old_runs, old_rounds = _legacy_layout(out)
+    saved = {name: (out / name).read_bytes() for name in ("runs.parquet", "rounds.parquet")}
+    assert cli.main(["migrate", str(out)]) == 0
+    for name, data in saved.items():  # killed after the swap, before the old tables were removed
+        (out / f".{name}.before-0.2").write_bytes(data)
+    return out, uri, old_runs, old_rounds
+
+
+def test_an_interrupted_migrate_is_finished_by_a_second_and_run_refuses_the_folder_between(
+        tmp_path, new_mlflow_store, capsys):
+    """Issue 46: `run` did not notice an unfinished migration, and migrate run again (as advised)
+    deleted every run recorded since (6 runs before, 3 after, exit 0)."""
+    out, uri, old_runs, _ = _migrated_with_leftovers(tmp_path, new_mlflow_store)
+    capsys.readouterr()
+    assert _run(_config(tmp_path, uri, seeds=[0, 1, 2]), str(out)) == 2
+    assert f"an interrupted `migrate` left it half converted: run `python -m pipeline migrate {out}`" in \
+        capsys.readouterr().err
+    assert cli.main(["migrate", str(out)]) == 0
+    assert not any(path.name.startswith(".") and "0.2" in path.name for path in out.iterdir())
+    assert _run(_config(tmp_path, uri, seeds=[0, 1, 2]), str(out)) == 0
+    runs, rounds = results.load(out)
+    assert len(runs) == RUNS_IN_GRID + 2 and set(old_runs["mlflow_run_id"]) <= set(runs["mlflow_run_id"])
+
+
+def test_migrate_again_keeps_every_run_recorded_since(tmp_path, new_mlflow_store):
+    """Even with `run`'s refusal bypassed (runs recorded, then the old tables back), a second migrate
+    adds the old rows' parts to the dataset folders and removes nothing."""
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    out = tmp_path / "out"
+    assert _run(_config(tmp_path, uri, grid={}, seeds=[0]), str(out)) == 0
+    _legacy_layout(out)
+    saved = {name: (out / name).read_bytes() for name in ("runs.parquet", "rounds.parquet")}
+    assert cli.main(["migrate", str(out)]) == 0
+    assert _run(_config(tmp_path, uri, grid={}, seeds=[0, 1, 2]), str(out)) == 0  # two runs recorded since
+    for name, data in saved.items():
+        (out / f".{name}.before-0.2").write_bytes(data)
+    assert cli.main(["migrate", str(out)]) == 0
+    runs, rounds = results.load(out)
+    assert sorted(runs["seed"]) == [0, 1, 2] and set(rounds["mlflow_run_id"]) == set(runs["mlflow_run_id"])
+
+
+def test_migrate_keeps_rows_it_cannot_place_refuses_a_read_only_folder_and_reads_the_oldest_tables(
+        tmp_path, new_mlflow_store, capsys, monkeypatch):
+    """Issue 46: rounds rows of no finished run were dropped silently; a read-only folder and a table
+    without mlflow_run_id ended in tracebacks."""
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    out = tmp_path / "out"
+    assert _run(_config(tmp_path, uri), str(out)) == 0
+    old_runs, old_rounds = _legacy_layout(out)
+    stray = old_rounds.iloc[:3].assign(run_id="no-such-run")
+    pd.concat([old_rounds, stray]).to_parquet(out / "rounds.parquet", index=False)
+    old_runs.drop(columns=["mlflow_run_id"]).to_parquet(out / "runs.parquet", index=False)
+    from pipeline.tracking import parquet_store
+
+    def read_only(*args, **kwargs):  # a read-only mount (chmod does not stop root)
+        raise PermissionError(30, "Read-only file system")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(parquet_store.pq, "write_table", read_only)
+        assert cli.main(["migrate", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"config error: DIR = '{out}': cannot be converted in place (Read-only file system): no row was "
+                    "lost; make it writable (or migrate a copy) and run migrate again")
+    assert (out / "runs.parquet").is_file() and (out / "rounds.parquet").is_file()
+    assert cli.main(["migrate", str(out)]) == 0
+    assert "3 rounds rows of no finished run kept in artifacts/unplaced-rounds.parquet" in capsys.readouterr().out
+    assert len(pd.read_parquet(out / "artifacts" / "unplaced-rounds.parquet")) == 3
+    runs, rounds = results.load(out)
+    assert len(runs) == RUNS_IN_GRID and len(rounds) == len(old_rounds)
+    assert runs["mlflow_run_id"].str.startswith("migrated-").all()

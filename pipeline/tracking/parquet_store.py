@@ -278,6 +278,10 @@ class ParquetStore:
         Raises:
           ConfigError: naming the file, what is wrong, and what to do.
         """
+        local = self.location.local
+        if local is not None and any((local / name).exists() for name in _migration_leftovers()):
+            raise ConfigError("tracking.out", self.shown, f"an interrupted `migrate` left it half converted: run "
+                                                          f"`{MIGRATE_HINT} {self.shown}` again first")
         for path in self.location.files(self._table_folder(ROUNDS)):
             try:
                 pq.read_metadata(path, filesystem=self.location.filesystem)
@@ -334,13 +338,23 @@ class ParquetStore:
         self.location.write(self.location.path(RUNS, part), _parquet_bytes(typed_table([run_row], kinds)))
 
 
+def _migration_leftovers() -> list[str]:
+    """What an interrupted `migrate` leaves in a folder: the old tables set aside, the new ones being built."""
+    return [f".{name}.{suffix}" for name in (RUNS, ROUNDS) for suffix in ("before-0.2", "migrating")]
+
+
 def migrate(out: str | Path, kinds: dict[str, type]) -> str:
     """Converts a local results folder of the layout before 0.2 (runs.parquet and
     rounds.parquet as single files, a copy of each run's rounds in runs/<run_id>/)
     into the dataset layout, keeping every row.
 
     The new tables are built beside the old files, which are swapped out only
-    once both are whole; run it again after an interruption.
+    once both are whole; run it again after an interruption: where a table is
+    already a dataset folder, the old rows' parts are added to it (named by run
+    and attempt, so adding them again changes nothing), never put in its place,
+    so no part recorded since is lost. Rounds rows of no finished run are kept
+    in artifacts/unplaced-rounds.parquet. `run` refuses a folder a migration left
+    half converted.
 
     Args:
       out: the results folder.
@@ -350,14 +364,10 @@ def migrate(out: str | Path, kinds: dict[str, type]) -> str:
       What was done, in one line.
 
     Raises:
-      ConfigError: not a local results folder, or tables that cannot be read.
+      ConfigError: not a local results folder, one that cannot be written, or
+        tables that cannot be read.
     """
-    import shutil
-
-    location = open_location(str(out), "DIR")
-    folder = location.local
-    if folder is None or not folder.is_dir():
-        raise ConfigError("DIR", str(out), "must be a local results folder (the old layout was local only)")
+    folder = _local_folder(out)
     old = {name: folder / name for name in (RUNS, ROUNDS)}
     backup = {name: folder / f".{name}.before-0.2" for name in old}  # an interrupted swap left these
     source = {name: old[name] if old[name].is_file() else backup[name] for name in old}
@@ -368,30 +378,67 @@ def migrate(out: str | Path, kinds: dict[str, type]) -> str:
         rounds = pd.read_parquet(source[ROUNDS]) if source[ROUNDS].is_file() else pd.DataFrame(columns=["run_id"])
     except Exception as err:
         raise ConfigError("DIR", str(out), f"a table cannot be read ({str(err).strip().splitlines()[0]})") from None
-    new = {name: folder / f".{name}.migrating" for name in old}
-    for path in new.values():
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir()
+    try:
+        unplaced = _migrate_tables(folder, runs, rounds, old, backup, kinds)
+    except OSError as err:
+        raise ConfigError("DIR", str(out), f"cannot be converted in place ({err.strerror or err}): no row was lost; "
+                                           "make it writable (or migrate a copy) and run migrate again") from None
+    kept = f"; {unplaced} rounds rows of no finished run kept in {ARTIFACTS}/unplaced-rounds.parquet" if unplaced else ""
+    return f"{folder}: {len(runs)} runs and {len(rounds) - unplaced} rounds moved into the dataset layout{kept}"
+
+
+def _local_folder(out: str | Path) -> Path:
+    """The local folder `migrate` converts.
+
+    Raises:
+      ConfigError: not a local folder.
+    """
+    location = open_location(str(out), "DIR")
+    folder = location.local
+    if folder is None or not folder.is_dir():
+        raise ConfigError("DIR", str(out), "must be a local results folder (the old layout was local only)")
+    return folder
+
+
+def _migrate_tables(folder: Path, runs: pd.DataFrame, rounds: pd.DataFrame, old: dict, backup: dict,
+                    kinds: dict[str, type]) -> int:
+    """Writes the old rows as parts and swaps the tables in (see `migrate`); returns the rounds rows kept aside."""
+    import shutil
+
+    # A table already swapped in (a dataset folder) gets the parts directly; the others are built aside.
+    target = {name: old[name] if old[name].is_dir() else folder / f".{name}.migrating" for name in old}
+    for name, path in target.items():
+        if path != old[name]:
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir()
+    placed = np.zeros(len(rounds), dtype=bool)
     for row in runs.to_dict("records"):
-        part = _part_name(row["run_id"], row["mlflow_run_id"])
-        own = rounds[rounds["run_id"] == row["run_id"]]
-        if row["status"] == FINISHED and not own.empty:
-            own = own.assign(mlflow_run_id=row["mlflow_run_id"], experiment=row["experiment"])
-            pq.write_table(typed_table(own.reset_index(drop=True), kinds), new[ROUNDS] / part)
-        pq.write_table(typed_table([row], kinds), new[RUNS] / part)
+        attempt = row.get("mlflow_run_id") or f"migrated-{row['run_id']}"  # the oldest tables had no MLflow id
+        row = {**row, "mlflow_run_id": attempt}
+        part = _part_name(row["run_id"], attempt)
+        mine = (rounds["run_id"] == row["run_id"]).to_numpy()
+        if row["status"] == FINISHED and mine.any():
+            own = rounds[mine].assign(mlflow_run_id=attempt, experiment=row.get("experiment"))
+            pq.write_table(typed_table(own.reset_index(drop=True), kinds), target[ROUNDS] / part)
+            placed |= mine
+        pq.write_table(typed_table([row], kinds), target[RUNS] / part)
+    if not placed.all():
+        (folder / ARTIFACTS).mkdir(exist_ok=True)
+        rounds[~placed].to_parquet(folder / ARTIFACTS / "unplaced-rounds.parquet", index=False)
     legacy = folder / "runs"  # per-run folders: ledger.json and config.yaml move; the rounds copy goes
     for run_folder in sorted(legacy.iterdir()) if legacy.is_dir() else []:
-        target = folder / ARTIFACTS / run_folder.name
-        target.mkdir(parents=True, exist_ok=True)
+        moved = folder / ARTIFACTS / run_folder.name
+        moved.mkdir(parents=True, exist_ok=True)
         for file in run_folder.iterdir():
             if file.name != ROUNDS:
-                os.replace(file, target / file.name)
+                os.replace(file, moved / file.name)
     for name in old:  # the swap: each old file out of the way, then the new folder in its place
+        if target[name] == old[name]:
+            continue  # swapped in by an earlier attempt, and holding whatever was recorded since
         if old[name].is_file():
             os.replace(old[name], backup[name])
-        shutil.rmtree(old[name], ignore_errors=True)  # a new folder an interrupted swap moved in
-        os.replace(new[name], old[name])
+        os.replace(target[name], old[name])
     shutil.rmtree(legacy, ignore_errors=True)
     for path in backup.values():
         path.unlink(missing_ok=True)
-    return f"{folder}: {len(runs)} runs and {len(rounds)} rounds moved into the dataset layout"
+    return int((~placed).sum())
