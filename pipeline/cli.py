@@ -8,7 +8,7 @@ import os
 import sys
 
 from pipeline import calculator  # light: the heavy modules load in the command that needs them
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, LeaseLost
 from pipeline.uris import redact
 
 EXIT_OK, EXIT_RUNS_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -59,6 +59,9 @@ def _run(args: argparse.Namespace) -> int:
     runs = config.expand(config.read_config(args.config, overrides))
     try:
         summary = runner.run_grid(runs)
+    except LeaseLost as lost:
+        print(f"error: {lost}", file=sys.stderr)
+        return EXIT_RUNS_FAILED
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (runner.Terminated): the same handling
         signal_name = "terminated (SIGTERM)" if isinstance(stop, runner.Terminated) else "interrupted"
         print(f"{signal_name}: the runs in flight are marked failed; rerun the same command to resume",

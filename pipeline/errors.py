@@ -73,6 +73,11 @@ class ConfigError(ValueError):
         super().__init__(redact(f"config error: {named} = {shown(value)}: {rule}"))
 
 
+class LeaseLost(RuntimeError):
+    """This driver's lease of a results folder is another's now: it must write nothing more there
+    (pipeline.tracking.lease); the grid stops, and `run` exits 1 with its line."""
+
+
 class NonFiniteError(FloatingPointError):
     """A NaN or infinite value where a run needs a finite one (a user's gradient, the analyzer's
     estimate, the model): the run fails with it instead of casting it silently."""

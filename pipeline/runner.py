@@ -23,7 +23,7 @@ from pipeline import engine, plugins
 from pipeline.accounting import ACCOUNTING_VERSION
 from pipeline.accounting.ledger import LedgerError, PrivacyLedger, UnsupportedEventError
 from pipeline.config import FIELDS, MAX_ROUNDS, PLUGIN_MAX_ROUNDS, PLUGIN_SECTIONS, RECORD, ROUNDS_REASON, RunConfig
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, LeaseLost
 from pipeline.optimizers import theory
 from pipeline.optimizers.base import DATA, OVERRIDES
 from pipeline.problems.base import check_constants
@@ -859,6 +859,7 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
             while queue or executor.in_flight():
                 while queue and executor.in_flight() < executor.capacity():
                     item = queue.pop(0)
+                    store.check_held()  # a driver that lost the folder starts no MLflow run in it (LeaseLost)
                     try:
                         mlflow_run_id = start_run(item, tracker, store.shown)
                     except Exception as err:  # the store refused it (full, read-only, unreachable): it fails alone
@@ -889,6 +890,8 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
                 except Exception as err:  # one failing run does not stop the grid
                     del started[run_id]
                     fail_run(item, wall_s, mlflow_run_id, started_at, tracker, store, err)
+                    if isinstance(err, LeaseLost):  # another driver has the folder: this one writes nothing more
+                        raise
                     summary.failed.append((run_id, f"{type(err).__name__}: {err}"))
                     note = f"{run_id} FAILED: {type(err).__name__}: {err}"
                 progress(note)

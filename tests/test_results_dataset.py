@@ -488,3 +488,94 @@ def test_migrate_keeps_rows_it_cannot_place_refuses_a_read_only_folder_and_reads
     runs, rounds = results.load(out)
     assert len(runs) == RUNS_IN_GRID and len(rounds) == len(old_rounds)
     assert runs["mlflow_run_id"].str.startswith("migrated-").all()
+
+
+_STALLED_DRIVER = """
+import sys
+from pipeline.tracking import lease
+lease.TTL_S, lease.RENEW_S, lease.SETTLE_S = 4.0, 0.2, 0.2
+from pipeline import cli
+sys.exit(cli.main(["run", sys.argv[1], "--out", sys.argv[2]]))
+"""
+
+
+def test_a_driver_that_lost_its_lease_writes_nothing_more(tmp_path, s3, new_mlflow_store, monkeypatch):
+    """Issue 46: a driver SIGSTOPped past its lease was taken over as designed, but when it woke it
+    went on recording (4 runs finished twice). It now checks its lease before every write and before
+    starting a run: it stops, exit 1, and every run is recorded once, by its successor."""
+    import json as json_
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from pipeline.tracking import lease as leases
+
+    out = f"s3://dataset/stalled/run?{s3['options']}"
+    (tmp_path / "a").mkdir()
+    first = _config(tmp_path / "a", new_mlflow_store(tmp_path / "a" / "mlflow.db"), seeds=[0, 1, 2])
+    lease_path = "dataset/stalled/run/" + leases.LEASE_NAME
+    driver = subprocess.Popen([sys.executable, "-c", _STALLED_DRIVER, str(first), out], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, renewals = time.monotonic() + 60, set()
+        while len(renewals) < 2:  # renewed once: the lease is the first driver's, past its settle
+            assert time.monotonic() < deadline and driver.poll() is None, "the first driver never held the lease"
+            try:
+                renewals.add(json_.loads(s3["filesystem"].open_input_stream(lease_path).read())["renewed"])
+            except (FileNotFoundError, ValueError):
+                pass
+            time.sleep(0.02)
+        driver.send_signal(signal.SIGSTOP)  # stalled holding the lease, its runs not yet recorded
+        time.sleep(4.5)  # past its TTL_S
+        monkeypatch.setattr(leases, "TTL_S", 4.0)
+        monkeypatch.setattr(leases, "SETTLE_S", 0.2)
+        (tmp_path / "b").mkdir()
+        second = _config(tmp_path / "b", new_mlflow_store(tmp_path / "b" / "mlflow.db"), seeds=[0, 1, 2])
+        assert _run(second, out) == 0  # takes the folder over and records every run
+        driver.send_signal(signal.SIGCONT)
+        assert driver.wait(timeout=120) == 1
+        assert "this driver lost its lease" in driver.stderr.read()
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    parts = [info.path for info in s3["filesystem"].get_file_info(
+        pafs.FileSelector("dataset/stalled/run/runs.parquet", recursive=True)) if info.type == pafs.FileType.File]
+    rows = [json_.loads(pd.read_parquet(s3["filesystem"].open_input_file(path)).to_json(orient="records"))[0]
+            for path in parts]
+    assert len(rows) == 2 * 3 and all(row["status"] == "finished" for row in rows)  # 6 runs, each once
+    assert len({row["run_id"] for row in rows}) == len(rows)
+
+
+@pytest.mark.parametrize("renewed", ['"yesterday"', "null"])
+def test_a_malformed_lease_is_one_line(tmp_path, s3, capsys, monkeypatch, renewed):
+    """Issue 46: a lease whose `renewed` is a string or null was a 22-line TypeError traceback."""
+    from pipeline.tracking import lease as leases
+    from pipeline.tracking.parquet_store import ParquetStore
+
+    out = f"s3://dataset/malformed/{len(renewed)}?{s3['options']}"
+    location = ParquetStore(out).location
+    location.write(location.path(leases.LEASE_NAME), f'{{"holder": "x", "renewed": {renewed}}}'.encode())
+    monkeypatch.chdir(tmp_path)
+    assert _run(_config(tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}"), out) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "its lease .lease.json is not one this pipeline writes" in line and "delete it and rerun" in line
+
+
+def test_a_store_that_dies_under_a_held_lease_stops_the_writes_in_one_line(s3):
+    """Issue 46: the store dying mid-grid was an OSError traceback from the lease thread."""
+    from pipeline.errors import LeaseLost
+    from pipeline.tracking.lease import Lease
+    from pipeline.tracking.location import open_location
+
+    held = Lease(open_location(f"s3://dataset/dying?{s3['options']}"), renew_s=0.05, settle_s=0.0)
+    held.acquire()
+    held.held()  # still ours
+
+    def unreachable(*args, **kwargs):
+        raise OSError("When reading information for key 'x': AWS Error NETWORK_CONNECTION")
+
+    held._read = unreachable
+    with pytest.raises(LeaseLost, match="its store cannot be reached to confirm this driver's lease"):
+        held.held()
+    held.release()  # no traceback from the renewer or the release either

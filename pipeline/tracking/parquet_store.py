@@ -228,6 +228,15 @@ class ParquetStore:
                               f"is not writable: its lock file cannot be made ({err.strerror or err})") from None
         self._lock = lock
 
+    def check_held(self) -> None:
+        """Before a write to an object store: the lease is still this driver's.
+
+        Raises:
+          LeaseLost: another driver took the folder over (pipeline.tracking.lease).
+        """
+        if self.lock_path is None and self._lock is not None:
+            self._lock.held()
+
     def unlock(self) -> None:
         """Releases the lock or lease taken by `lock` (nothing if none)."""
         if self._lock is not None:
@@ -317,6 +326,7 @@ class ParquetStore:
           run_id: the run.
           files: name → content.
         """
+        self.check_held()
         folder = self.location.path(ARTIFACTS, run_id)
         for stale in self.location.files(folder):
             if posixpath.basename(stale) not in files:
@@ -332,6 +342,7 @@ class ParquetStore:
           rounds: its rounds rows (empty for a failed attempt).
           kinds: the Python kind of each known column (typed_table).
         """
+        self.check_held()
         part = _part_name(run_row["run_id"], run_row["mlflow_run_id"])
         if len(rounds):
             self.location.write_with(self.location.path(ROUNDS, part), lambda stream: write_frame(rounds, stream, kinds))
