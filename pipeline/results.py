@@ -176,9 +176,11 @@ def load(source: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
       (runs, rounds): the latest finished attempt of each run of each folder
       (runs gains `results_folder`, where it was found), and the rounds of
       exactly those attempts; joined by `mlflow_run_id`. A folder in the
-      layout before 0.2 (single-file tables) is read too. `accounting_outdated` marks
+      layout before 0.2 (single-file tables) is read too. An attempt found in several
+      folders (a copy of a folder) comes once, from the first. `accounting_outdated` marks
       the runs an older accountant recorded, and `budget_unproven` those among them whose
-      ε that accountant may have under-reported (a warning says how many and why).
+      ε that accountant may have under-reported; `rounds_missing` a finished run whose
+      rounds are gone (warnings say how many and why).
 
     Raises:
       ConfigError: no results folder, or a file that cannot be read (named).
@@ -197,13 +199,25 @@ def load(source: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         if "mlflow_run_id" not in rounds and not rounds.empty:  # the layout before 0.2: one attempt per run
             rounds = rounds.merge(runs[["run_id", "mlflow_run_id", "experiment"]], on="run_id")
         all_runs.append(runs.assign(results_folder=location.address(folder)))
-        all_rounds.append(rounds)
+        all_rounds.append(rounds.assign(results_folder=location.address(folder)))
     if not all_runs:
         return pd.DataFrame(columns=list(RUN_KINDS)), pd.DataFrame(columns=list(ROUND_KINDS))
-    runs = _latest_finished(pd.concat(all_runs, ignore_index=True))
+    # A copy of a folder (a backup beside it, a link back into the tree) holds the same attempts: each
+    # attempt once, from the first folder in order, with that folder's rounds only.
+    runs = _latest_finished(pd.concat(all_runs, ignore_index=True)).sort_values("results_folder", kind="stable")
+    runs = runs.drop_duplicates("mlflow_run_id", keep="first")
     for field in HASHED_UNLESS_DEFAULT:  # a run recorded before the field existed ran at its default
         runs[field] = runs[field].fillna(FIELDS[field].default) if field in runs else FIELDS[field].default
     _flag_outdated_accounting(runs)
-    rounds = pd.concat(all_rounds, ignore_index=True)
-    rounds = rounds[rounds["mlflow_run_id"].isin(runs["mlflow_run_id"])]
+    rounds = pd.concat(all_rounds, ignore_index=True).merge(runs[["mlflow_run_id", "results_folder"]])
+    rounds = rounds.drop(columns="results_folder").drop_duplicates(["mlflow_run_id", "round"])
+    _flag_missing_rounds(runs, rounds)
     return runs.reset_index(drop=True), rounds.sort_values(["mlflow_run_id", "round"]).reset_index(drop=True)
+
+
+def _flag_missing_rounds(runs: pd.DataFrame, rounds: pd.DataFrame) -> None:
+    """Adds `rounds_missing` (a finished run none of whose rounds were found) and warns of such runs."""
+    runs["rounds_missing"] = ~runs["mlflow_run_id"].isin(rounds["mlflow_run_id"])
+    if runs["rounds_missing"].any():
+        warnings.warn(f"{int(runs['rounds_missing'].sum())} finished run(s) have no rounds in their folder (a rounds "
+                      "part moved aside or lost; column rounds_missing): `run` redoes them", stacklevel=3)

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
@@ -579,3 +580,49 @@ def test_a_store_that_dies_under_a_held_lease_stops_the_writes_in_one_line(s3):
     with pytest.raises(LeaseLost, match="its store cannot be reached to confirm this driver's lease"):
         held.held()
     held.release()  # no traceback from the renewer or the release either
+
+
+def test_foreign_copies_and_gaps_load_in_one_line_or_flagged(tmp_path, s3, new_mlflow_store, capsys, monkeypatch):
+    """Issue 46: a part whose `seed` is text ended results.load and run in a pyarrow traceback; a
+    parent folder holding a backup copy, or a link back up the tree, gave every run twice (41 times);
+    a finished run whose rounds part is gone loaded silently; a glob on an object store was refused."""
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    parent = tmp_path / "team"
+    out = parent / "quick"
+    assert _run(_config(tmp_path, uri), str(out)) == 0
+    shutil.copytree(out, parent / "quick.backup")
+    (parent / "quick" / "loop").symlink_to(parent, target_is_directory=True)
+    runs, rounds = results.load(parent)
+    assert len(runs) == RUNS_IN_GRID and not runs["mlflow_run_id"].duplicated().any()
+    assert not rounds.duplicated(["mlflow_run_id", "round"]).any()
+    assert set(runs["results_folder"]) == {str(out)}
+    (out / "loop").unlink()
+    # a finished run whose rounds part was moved aside: flagged, with a warning
+    gone = sorted((out / "rounds.parquet").glob("part-*.parquet"))[0]
+    gone.rename(tmp_path / gone.name)
+    with pytest.warns(UserWarning, match=r"1 finished run\(s\) have no rounds"):
+        runs, _ = results.load(out)
+    assert runs["rounds_missing"].sum() == 1
+    # a foreign part: `seed` as text
+    part = sorted((out / "runs.parquet").glob("part-*.parquet"))[0]
+    table = pq.read_table(part)
+    foreign = out / "runs.parquet" / "part-foreign.parquet"
+    pq.write_table(table.set_column(table.schema.get_field_index("seed"), "seed",
+                                    pa.array([str(v) for v in table.column("seed").to_pylist()])), foreign)
+    with pytest.raises(config.ConfigError) as refused:
+        results.load(out)
+    assert str(refused.value) == (f"config error: source = '{foreign}': holds seed as string where the other parts "
+                                  "hold int64, so it is not this pipeline's runs.parquet (a foreign or older writer's): "
+                                  "move it aside")
+    capsys.readouterr()
+    assert _run(_config(tmp_path, uri), str(out)) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "runs.parquet/part-foreign.parquet holds seed as string" in line
+    foreign.unlink()
+    # globs on an object store, down to a whole bucket
+    s3_out = f"s3://dataset/globbed/quick?{s3['options']}"
+    assert _run(_config(tmp_path, uri, grid={}, seeds=[0]), s3_out) == 0
+    for pattern in ("s3://dataset/globbed/*", "s3://dataset/glob*/quick", "s3://dataset/*"):
+        runs, _ = results.load(f"{pattern}?{s3['options']}")
+        found = runs["results_folder"].str.contains("dataset/globbed/quick")
+        assert found.sum() == 1 and (found.all() or pattern == "s3://dataset/*"), pattern  # the bucket: others too

@@ -133,7 +133,8 @@ def open_location(out: str, field: str = "tracking.out") -> Location:
                                           f"at most {NAME_MAX_BYTES}")
         return Location(absolute, pafs.LocalFileSystem(), Path(absolute).as_posix())
     parts = urlsplit(out)
-    if not parts.path.strip("/") or (scheme in ("s3", "gs", "gcs") and not parts.netloc):
+    # Results are written into a folder of a bucket; a source to read may be a whole bucket (s3://bucket/*).
+    if (field != "source" and not parts.path.strip("/")) or (scheme in ("s3", "gs", "gcs") and not parts.netloc):
         raise ConfigError(field, out, "must name a bucket and a folder in it, e.g. s3://bucket/results/experiment")
     with native_output_held(out) as held:
         try:

@@ -147,8 +147,8 @@ def read_table(location: Location, path: str, name: str) -> pd.DataFrame:
       DamagedTable: the first file that is damaged, or lacks a column of NEEDED.
     """
     single = location.kind(path) == pa.fs.FileType.File
-    tables = []
-    for file in [path] if single else location.files(path, ".parquet"):
+    tables, files = [], [path] if single else location.files(path, ".parquet")
+    for file in files:
         try:
             table = pq.read_table(file, filesystem=location.filesystem)
         except Exception as err:  # pyarrow raises ArrowInvalid, OSError and more for a damaged file
@@ -158,7 +158,29 @@ def read_table(location: Location, path: str, name: str) -> pd.DataFrame:
         if missing:
             raise DamagedTable(file, f"lacks the column(s) {', '.join(missing)}, so it is not this pipeline's {name}")
         tables.append(table)
-    return pa.concat_tables(tables, promote_options="permissive").to_pandas() if tables else pd.DataFrame()
+    if not tables:
+        return pd.DataFrame()
+    try:
+        return pa.concat_tables(tables, promote_options="permissive").to_pandas()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        raise _mistyped_part(files, tables, name) from None
+
+
+def _mistyped_part(files: list[str], tables: list[pa.Table], name: str) -> DamagedTable:
+    """The part whose column type no other part's merges with (a foreign or older writer's: a text `seed`)."""
+    columns = {column for table in tables for column in table.column_names}
+    for column in sorted(columns):
+        found = [(file, table.schema.field(column).type) for file, table in zip(files, tables)
+                 if column in table.column_names]
+        try:
+            pa.unify_schemas([pa.schema([pa.field(column, kind)]) for _, kind in found], promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            kinds = [str(kind) for _, kind in found]
+            usual = max(set(kinds), key=kinds.count)
+            file, kind = next((file, kind) for file, kind in found if str(kind) != usual)
+            return DamagedTable(file, f"holds {column} as {kind} where the other parts hold {usual}, so it is not "
+                                      f"this pipeline's {name} (a foreign or older writer's)")
+    return DamagedTable(files[0], f"does not merge with the other parts of {name}")
 
 
 class ParquetStore:
