@@ -121,17 +121,23 @@ def _load_module(module_name: str):
             spec = importlib.util.spec_from_file_location(name, path)
             if spec is None or not path.is_file():
                 raise FileNotFoundError(f"no file {path}")
+            source = path.read_bytes()  # read once: the bytes hashed are the bytes executed
             module = importlib.util.module_from_spec(spec)
+            module.__source_sha256__ = hashlib.sha256(source).hexdigest()
             sys.modules[name] = module  # dataclasses and pickling look the module up by name
             try:
-                spec.loader.exec_module(module)
+                exec(compile(source, str(path), "exec"), module.__dict__)
             except BaseException:
                 del sys.modules[name]
                 raise
         return sys.modules[name]
     if os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())
-    return importlib.import_module(module_name)
+    module = importlib.import_module(module_name)
+    if not hasattr(module, "__source_sha256__") and getattr(module, "__file__", None):
+        # Hashed as it is imported (an installed module's file is read now, the moment it runs).
+        module.__source_sha256__ = hashlib.sha256(pathlib.Path(module.__file__).read_bytes()).hexdigest()
+    return module
 
 
 def _import(path: str) -> type:
@@ -237,7 +243,9 @@ def source_files(named: dict[str, tuple[str, str]]) -> dict[str, dict[str, str]]
         # The module the name imports (its class may be defined elsewhere and re-exported).
         module = _load_module(name.rpartition(":")[0]) if ":" in name else inspect.getmodule(cls)
         path = pathlib.Path(inspect.getfile(module)).resolve()
-        found[field] = {"name": name, "file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        # The hash of what was imported, not of the file as it is now (it may have been edited since).
+        digest = getattr(module, "__source_sha256__", None) or hashlib.sha256(path.read_bytes()).hexdigest()
+        found[field] = {"name": name, "file": str(path), "sha256": digest}
     return found
 
 

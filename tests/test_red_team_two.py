@@ -172,6 +172,26 @@ def test_each_run_records_its_plugin_files_and_their_sha256(tmp_path, monkeypatc
     assert json.loads(run.data.tags["plugins"]) == expected
 
 
+def test_the_recorded_sha256_is_that_of_the_code_the_run_executed(tmp_path, monkeypatch):
+    """Issue 46: a plug-in file edited while its grid ran made later runs record the new file's
+    SHA-256 while executing the module imported before the edit."""
+    import hashlib
+
+    monkeypatch.chdir(tmp_path)
+    plugin = tmp_path / "edits.py"
+    plugin.write_text("from pathlib import Path\nfrom pipeline.problems.quadratic import Quadratic\n\n\n"
+                      "class Edits(Quadratic):\n    def gradients(self, theta, data, out=None):\n"
+                      "        with open(__file__, 'a') as own:  # the user saves an edit while the grid runs\n"
+                      "            own.write('# edited\\n')\n"
+                      "        return super().gradients(theta, data, out)\n")
+    executed = hashlib.sha256(plugin.read_bytes()).hexdigest()
+    config = _config(tmp_path, **{"problem.name": "edits.py:Edits", "optimizer.name": "seq_sgd"})
+    assert cli.main(["run", str(config), "--set", "seeds=[0, 1, 2]"]) == 0
+    assert plugin.read_bytes().count(b"# edited") > 0  # the file did change under the grid
+    rows = pd.read_parquet(tmp_path / "out" / "runs.parquet")
+    assert [json.loads(p)["problem.name"]["sha256"] for p in rows["plugins"]] == [executed] * 3
+
+
 def test_a_store_that_refuses_a_run_fails_that_run_and_the_grid_goes_on(tmp_path, capsys, monkeypatch):
     """MlflowTracker.start was outside the per-run `try`: a full or read-only store aborted the whole
     grid with pages of traceback (issue #29 item 7). Here it refuses the second of three runs."""
