@@ -17,6 +17,8 @@ import fnmatch
 import functools
 import glob
 import importlib.metadata
+import json
+import math
 import subprocess
 import warnings
 from pathlib import Path
@@ -165,12 +167,16 @@ def privacy_by_source(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def load(source: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load(source: str | Path, verify: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Reads every results folder a source names into one runs and one rounds table.
 
     Args:
       source: a results folder, a folder holding results folders (searched at
         any depth), a glob of them, or a URI of any of these (file://, s3://, ...).
+      verify: re-derive each run's ledger.json in a separate, isolated process where no
+        plug-in runs (pipeline.accounting.rederive) and say in `ledger_check` whether it
+        holds: "verified" (it rebuilds to itself, its total is the row's ε and within the
+        target), or what is wrong; a warning counts the runs that are not verified.
 
     Returns:
       (runs, rounds): the latest finished attempt of each run of each folder
@@ -180,15 +186,17 @@ def load(source: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
       folders (a copy of a folder) comes once, from the first. `accounting_outdated` marks
       the runs an older accountant recorded, and `budget_unproven` those among them whose
       ε that accountant may have under-reported; `rounds_missing` a finished run whose
-      rounds are gone (warnings say how many and why).
+      rounds are gone; `ledger_check` (with `verify`) the independent check of its ledger
+      (warnings say how many and why).
 
     Raises:
       ConfigError: no results folder, or a file that cannot be read (named).
     """
     from pipeline.tracking.parquet_store import ROUNDS, RUNS, DamagedTable, read_table
 
-    all_runs, all_rounds = [], []
+    all_runs, all_rounds, located = [], [], {}
     for location, folder in _folders(str(source)):
+        located[location.address(folder)] = (location, folder)
         try:
             runs = read_table(location, f"{folder}/{RUNS}", RUNS)
             rounds = read_table(location, f"{folder}/{ROUNDS}", ROUNDS)
@@ -212,7 +220,61 @@ def load(source: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     rounds = pd.concat(all_rounds, ignore_index=True).merge(runs[["mlflow_run_id", "results_folder"]])
     rounds = rounds.drop(columns="results_folder").drop_duplicates(["mlflow_run_id", "round"])
     _flag_missing_rounds(runs, rounds)
+    if verify:
+        _check_ledgers(runs, located)
     return runs.reset_index(drop=True), rounds.sort_values(["mlflow_run_id", "round"]).reset_index(drop=True)
+
+
+VERIFIED, NON_PRIVATE = "verified", "non-private: ε = ∞, as its row says"
+PLUGIN_EVENTS = "plug-in events: composed by the plug-in's own accountant, not re-derived"
+
+
+def _check_ledgers(runs: pd.DataFrame, located: dict) -> None:
+    """Adds `ledger_check` to runs (in place): each run's ledger.json re-derived where no plug-in runs.
+
+    The driver checks every ledger the same way before it records a run, but plug-ins run in the
+    driver and could disable that check; this one runs in the reader's own process tree.
+    """
+    from pipeline.accounting.rederive import rederive
+    from pipeline.tracking.parquet_store import ARTIFACTS
+
+    checks = []
+    for folder, run_id, epsilon in zip(runs["results_folder"], runs["run_id"], runs["epsilon"].astype(float)):
+        location, path = located[folder]
+        ledger = None
+        for artifacts in (ARTIFACTS, "runs"):  # "runs": each run's folder in the layout before 0.2
+            try:
+                with location.filesystem.open_input_stream(f"{path}/{artifacts}/{run_id}/ledger.json") as stream:
+                    ledger = json.loads(stream.read())
+                break
+            except (OSError, ValueError):
+                continue
+        if ledger is None:
+            checks.append("no readable ledger.json")
+            continue
+        checks.append(_ledger_check(rederive(ledger), epsilon))
+    runs["ledger_check"] = checks
+    unverified = ~runs["ledger_check"].isin((VERIFIED, NON_PRIVATE))
+    if unverified.any():
+        warnings.warn(f"{int(unverified.sum())} finished run(s) whose ledger is not verified by an independent "
+                      "re-derivation (column ledger_check)", stacklevel=3)
+
+
+def _ledger_check(verdict: dict, epsilon: float) -> str:
+    """One run's `ledger_check` from the separate process's verdict on its ledger.json."""
+    if "error" in verdict:
+        if verdict["error"].startswith("UnsupportedEventError"):
+            return PLUGIN_EVENTS
+        return f"does not rebuild ({verdict['error']})"
+    if not verdict["same"]:
+        return "differs from what its events compose to"
+    if math.isinf(epsilon) and math.isinf(verdict["epsilon"]):
+        return NON_PRIVATE
+    if epsilon != verdict["epsilon"]:
+        return f"the runs row says ε = {epsilon:.6g}, its ledger composes to {verdict['epsilon']:.6g}"
+    if not verdict["within_target"]:
+        return f"spends ε = {verdict['epsilon']:.6g}, above its target"
+    return VERIFIED
 
 
 def _flag_missing_rounds(runs: pd.DataFrame, rounds: pd.DataFrame) -> None:

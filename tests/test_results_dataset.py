@@ -626,3 +626,34 @@ def test_foreign_copies_and_gaps_load_in_one_line_or_flagged(tmp_path, s3, new_m
         runs, _ = results.load(f"{pattern}?{s3['options']}")
         found = runs["results_folder"].str.contains("dataset/globbed/quick")
         assert found.sum() == 1 and (found.all() or pattern == "s3://dataset/*"), pattern  # the bucket: others too
+
+
+def test_the_loader_re_derives_every_ledger_where_no_plugin_runs(tmp_path, new_mlflow_store):
+    """Issue 46: whatever the driver accepted (a hostile plug-in can disable its check), a reader
+    re-derives each run's ledger.json in an isolated process of its own: `ledger_check` says
+    "verified", or what is wrong, with a warning."""
+    import json as json_
+
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    out = tmp_path / "out"
+    assert _run(_config(tmp_path, uri), str(out)) == 0
+    runs, _ = results.load(out)
+    assert set(runs["ledger_check"]) == {"verified"}
+    ids = sorted(runs["run_id"])
+    ledgers = {run_id: out / "artifacts" / run_id / "ledger.json" for run_id in ids}
+    lowered = json_.loads(ledgers[ids[0]].read_text())
+    lowered["accounting"][lowered["accounting_mode"]]["epsilon"] *= 0.5  # a patched ledger, as written
+    ledgers[ids[0]].write_text(json_.dumps(lowered))
+    over = json_.loads(ledgers[ids[1]].read_text())
+    over["target"]["epsilon"] = 0.01  # a run over its target, recorded finished (the driver's guard patched away)
+    for mode in over["accounting"].values():
+        mode["checks"]["within_target"] = False
+    ledgers[ids[1]].write_text(json_.dumps(over))
+    ledgers[ids[2]].unlink()
+    with pytest.warns(UserWarning, match=r"3 finished run\(s\) whose ledger is not verified"):
+        runs, _ = results.load(out)
+    check = dict(zip(runs["run_id"], runs["ledger_check"]))
+    assert check[ids[0]] == "differs from what its events compose to"
+    assert check[ids[1]].startswith("spends ε = ") and check[ids[1]].endswith("above its target")
+    assert check[ids[2]] == "no readable ledger.json" and check[ids[3]] == "verified"
+    assert "ledger_check" not in results.load(out, verify=False)[0]
