@@ -75,3 +75,12 @@ def test_a_hostile_config_is_one_line_exit_2_at_once(tmp_path, capsys, monkeypat
 ])
 def test_a_uri_is_recorded_without_its_credentials_and_otherwise_as_written(written, recorded):
     assert redact(written) == recorded
+
+
+def test_an_sqlite_store_with_sqlalchemy_options_opens(tmp_path, monkeypatch):
+    """Issue 46: `sqlite:///new.db?timeout=30` (SQLAlchemy's busy timeout) was refused with a false
+    reason (the options were read as part of the file's name)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "store.yaml").write_text(BASE + 'tracking: {mlflow_uri: "sqlite:///new.db?timeout=30", out: res}\n')
+    assert cli.main(["run", "store.yaml"]) == 0
+    assert (tmp_path / "new.db").is_file() and not list(tmp_path.glob("new.db?*"))

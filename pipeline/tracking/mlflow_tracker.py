@@ -45,10 +45,10 @@ STALE_PARTIAL_S = 600
 
 
 def sqlite_path(uri: str) -> Path | None:
-    """The database file of a sqlite:/// URI, else None."""
+    """The database file of a sqlite:/// URI (its SQLAlchemy options, `?timeout=30`, aside), else None."""
     if not uri.startswith("sqlite:///"):
         return None
-    return Path(uri[len("sqlite:///"):]).resolve()
+    return Path(uri[len("sqlite:///"):].split("?", 1)[0]).resolve()
 
 
 def ui_command(uri: str) -> str:
