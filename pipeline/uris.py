@@ -55,6 +55,14 @@ def redact(text: str) -> str:
     return _URI.sub(lambda match: _redact_uri(match.group(0)), text) if "://" in text else text
 
 
+def first_line(error: BaseException) -> str:
+    """An error's first line (at most 300 characters), or its type's name: a store client's
+    message can run to dozens of lines (libhdfs lists every JVM path it tried) or kilobytes."""
+    text = str(error).strip()
+    line = text.splitlines()[0] if text else type(error).__name__
+    return line if len(line) <= 300 else line[:300] + "…"
+
+
 def with_retry_limit(uri: str) -> str:
     """The URI with GCS_RETRY_LIMIT_S as its retry limit where its scheme retries for minutes
     (gs://, gcs://) and it sets none itself (`?retry_limit_seconds=`).

@@ -43,6 +43,11 @@ CASES = {
     "a grid of 10⁹ points": (_big_grid, "grid", "expands to 1,000,000,000 runs (1000 × 1000 × 1000"),
     # no answer in 150 s
     "an alias bomb in a plug-in option's grid": (_alias_bomb, "grid.optimizer.momentum", "holds more than 10,000 values"),
+    # 89 lines: libhdfs lists every path where it looked for a JVM
+    "an hdfs table source without a JVM": (
+        lambda: BASE.replace("problem: {name: quadratic, dim: 2}", 'problem: {name: dataset, dim: 2, loss: logistic, '
+                                                                   'source: "hdfs://127.0.0.1:9/users.parquet"}'),
+        "problem.source", "cannot be opened"),
 }
 
 

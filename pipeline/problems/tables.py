@@ -19,7 +19,7 @@ from typing import Iterator
 
 import numpy as np
 
-from pipeline.uris import native_output_held, with_retry_limit
+from pipeline.uris import first_line, native_output_held, with_retry_limit
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".npz": "npz"}
 HASH_CHUNK = 8 << 20  # bytes per read while fingerprinting
@@ -75,7 +75,7 @@ def _filesystem(source: str):
 
                 filesystem, path = fsspec.core.url_to_fs(source)
             except Exception:
-                raise TableError(f"cannot be opened: {arrow_error}{held.note()}") from None
+                raise TableError(f"cannot be opened: {first_line(arrow_error)}{held.note()}") from None
             return fs.PyFileSystem(fs.FSSpecHandler(filesystem)), path
 
 

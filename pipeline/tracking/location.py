@@ -13,18 +13,11 @@ from urllib.parse import urlparse, urlsplit
 import pyarrow.fs as pafs
 
 from pipeline.errors import ConfigError
-from pipeline.uris import native_output_held, redact, with_retry_limit
+from pipeline.uris import first_line, native_output_held, redact, with_retry_limit
 
 # Schemes pyarrow.fs opens; anything else with "://" is refused instead of becoming a local folder "s3:".
 SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
 NAME_MAX_BYTES = 255  # the longest file or folder name ext4, XFS, APFS and NTFS allow
-
-
-def _first_line(error: BaseException) -> str:
-    """An error's first line, or its type's name."""
-    text = str(error).strip()
-    line = text.splitlines()[0] if text else type(error).__name__
-    return line if len(line) <= 300 else line[:300] + "…"  # a cloud SDK's status can run to kilobytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,7 +134,7 @@ def open_location(out: str, field: str = "tracking.out") -> Location:
             filesystem, root = pafs.FileSystem.from_uri(with_retry_limit(out))
             filesystem.get_file_info(root)  # one request now: an unreachable store fails here, in one line
         except Exception as error:  # pyarrow raises ArrowInvalid, OSError and more
-            raise ConfigError(field, out, f"cannot be opened ({_first_line(error)}){held.note()}") from None
+            raise ConfigError(field, out, f"cannot be opened ({first_line(error)}){held.note()}") from None
     root = root.rstrip("/")
     # What precedes the file system's path in an address: s3://bucket/x has the path "bucket/x".
     prefix = f"{scheme}://" if root.startswith(parts.netloc) else f"{scheme}://{parts.netloc}"
@@ -178,4 +171,4 @@ def check_writable(location: Location, field: str = "tracking.out") -> None:
             stream.write(b"")
         filesystem.delete_file(probe)
     except Exception as error:
-        raise ConfigError(field, location.shown, f"is not writable ({_first_line(error)})") from None
+        raise ConfigError(field, location.shown, f"is not writable ({first_line(error)})") from None
