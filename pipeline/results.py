@@ -217,7 +217,10 @@ def load(source: str | Path, verify: bool = True) -> tuple[pd.DataFrame, pd.Data
     for field in HASHED_UNLESS_DEFAULT:  # a run recorded before the field existed ran at its default
         runs[field] = runs[field].fillna(FIELDS[field].default) if field in runs else FIELDS[field].default
     _flag_outdated_accounting(runs)
-    rounds = pd.concat(all_rounds, ignore_index=True).merge(runs[["mlflow_run_id", "results_folder"]])
+    rounds = pd.concat(all_rounds, ignore_index=True)
+    if "round" not in rounds:  # no folder holds a rounds row
+        rounds = pd.DataFrame(columns=[*ROUND_KINDS, "results_folder"])
+    rounds = rounds.merge(runs[["mlflow_run_id", "results_folder"]], on=["mlflow_run_id", "results_folder"])
     rounds = rounds.drop(columns="results_folder").drop_duplicates(["mlflow_run_id", "round"])
     _flag_missing_rounds(runs, rounds)
     if verify:
@@ -239,7 +242,8 @@ def _check_ledgers(runs: pd.DataFrame, located: dict) -> None:
     from pipeline.tracking.parquet_store import ARTIFACTS
 
     checks = []
-    for folder, run_id, epsilon in zip(runs["results_folder"], runs["run_id"], runs["epsilon"].astype(float)):
+    recorded = pd.to_numeric(runs["epsilon"], errors="coerce") if "epsilon" in runs else [math.nan] * len(runs)
+    for folder, run_id, epsilon in zip(runs["results_folder"], runs["run_id"], recorded):
         location, path = located[folder]
         ledger = None
         for artifacts in (ARTIFACTS, "runs"):  # "runs": each run's folder in the layout before 0.2
