@@ -61,6 +61,9 @@ def _run(args: argparse.Namespace) -> int:
         summary = runner.run_grid(runs)
     except LeaseLost as lost:
         print(f"error: {lost}", file=sys.stderr)
+        for run_id in getattr(lost, "in_flight", ()):
+            print(f"  failed {run_id}: in flight when the folder was lost (its MLflow run is marked failed)",
+                  file=sys.stderr)
         return EXIT_RUNS_FAILED
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (runner.Terminated): the same handling
         signal_name = "terminated (SIGTERM)" if isinstance(stop, runner.Terminated) else "interrupted"

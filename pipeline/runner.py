@@ -10,6 +10,7 @@ import json
 import math
 import os
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -742,23 +743,70 @@ class _Interrupts:
 
     Used as a context manager: the handlers are installed inside it (on the main thread only,
     and not for a signal the caller ignores, as SIGINT in a background job).
+
+    A Python handler runs only when the main thread runs Python: one blocked in native code
+    (a Ray call on a Ray the signal killed with the driver, as Slurm's SIGTERM to the process
+    group does: Ray's client waits 60 s for its GCS, then ends the process, exit 1) never sees
+    it. So the signal also wakes a watchdog thread (`signal.set_wakeup_fd`), which, if the grid
+    has not stopped STUCK_S seconds later, calls `on_stuck` (the runs in flight marked failed)
+    and ends the process with the signal's status.
+
+    Args:
+      on_stuck: called from the watchdog with the signal's exception, before the process ends.
     """
 
-    def __init__(self):
+    STUCK_S = 30.0
+
+    def __init__(self, on_stuck: Callable[[BaseException], None] = lambda stop: None):
         self.arrived: list[int] = []
         self._raising = False
         self._previous: dict = {}
+        self._on_stuck = on_stuck
+        self._stopped = threading.Event()
+        self._wakeup: tuple[int, int] | None = None
 
     def __enter__(self) -> _Interrupts:
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
                 if signal.getsignal(signum) is not signal.SIG_IGN:
                     self._previous[signum] = signal.signal(signum, self._handler)
+            if self._previous:
+                read_end, write_end = os.pipe()
+                os.set_blocking(write_end, False)
+                self._wakeup = (read_end, signal.set_wakeup_fd(write_end, warn_on_full_buffer=False))
+                self._write_end = write_end
+                threading.Thread(target=self._watch, args=(read_end,), name="signal-watchdog", daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self._stopped.set()
         for signum, action in self._previous.items():
             signal.signal(signum, action)
+        if self._wakeup is not None:
+            signal.set_wakeup_fd(self._wakeup[1])
+            os.close(self._write_end)  # the watchdog's read ends
+
+    def _watch(self, read_end: int) -> None:
+        """Waits for a signal; ends the process if the grid has not stopped STUCK_S seconds after it."""
+        try:
+            while True:
+                data = os.read(read_end, 1)
+                if not data:
+                    return  # the grid ended
+                if data[0] in (signal.SIGINT, signal.SIGTERM):
+                    break
+            if self._stopped.wait(self.STUCK_S):
+                return
+            stop = _interrupt(data[0])
+            with contextlib.suppress(BaseException):
+                self._on_stuck(stop)
+            sys.stderr.write(f"{'terminated (SIGTERM)' if isinstance(stop, Terminated) else 'interrupted'}: the driver "
+                             f"was blocked {self.STUCK_S:.0f} s in native code (a Ray the signal ended): the runs in "
+                             "flight are marked failed; rerun the same command to resume\n")
+            sys.stderr.flush()
+            os._exit(128 + data[0])
+        finally:
+            os.close(read_end)
 
     def _handler(self, signum, frame) -> None:
         self.arrived.append(signum)
@@ -854,7 +902,11 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
         completed = len(summary.finished) + len(summary.failed)
         say(f"{_progress(completed, len(todo), len(summary.failed), time.perf_counter() - began)}  {note}")
 
-    with _Interrupts() as interrupts:
+    def stuck(stop: BaseException) -> None:  # the watchdog's: the main thread is blocked in native code
+        for item, mlflow_run_id, run_began, started_at in list(started.values()):
+            fail_run(item, time.perf_counter() - run_began, mlflow_run_id, started_at, tracker, store, stop)
+
+    with _Interrupts(stuck) as interrupts:
         try:
             while queue or executor.in_flight():
                 while queue and executor.in_flight() < executor.capacity():
@@ -888,22 +940,38 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
                            f"eps={item.config['privacy.epsilon']:g} {item.config['privacy.accounting']}: " \
                            f"excess loss {row['final_excess_loss']:.4g}"
                 except Exception as err:  # one failing run does not stop the grid
+                    if isinstance(err, LeaseLost):  # the folder is lost: nothing more is written, the grid stops
+                        raise
                     del started[run_id]
                     fail_run(item, wall_s, mlflow_run_id, started_at, tracker, store, err)
-                    if isinstance(err, LeaseLost):  # another driver has the folder: this one writes nothing more
-                        raise
                     summary.failed.append((run_id, f"{type(err).__name__}: {err}"))
                     note = f"{run_id} FAILED: {type(err).__name__}: {err}"
                 progress(note)
                 interrupts.check()  # a Ctrl-C or SIGTERM while this run was recorded stops the grid here
         except BaseException as stop:  # an interrupt (or the driver's own failure): the runs in flight stop with it
-            executor.cancel()
+            if isinstance(stop, LeaseLost):
+                stop.in_flight = sorted(started)  # the CLI lists them
+            # The sinks first: a SIGTERM to the process group (Slurm) killed a local Ray with the driver,
+            # and cancelling on a dead Ray blocks for its 60 s GCS timeout, then ends the process.
             for item, mlflow_run_id, run_began, started_at in started.values():  # further signals wait for this
                 fail_run(item, time.perf_counter() - run_began, mlflow_run_id, started_at, tracker, store, stop)
+            _bounded(executor.cancel)
             raise
         finally:
-            executor.close()
+            _bounded(executor.close)
     return summary
+
+
+def _bounded(call: Callable[[], None], seconds: float = 5.0) -> None:
+    """call(), given `seconds` to return (in a daemon thread): the executor's clean-up talks to Ray,
+    which may be gone, and nothing the grid recorded depends on it."""
+    def quietly() -> None:
+        with contextlib.suppress(Exception):  # a Ray already gone: there is nothing left to clean
+            call()
+
+    worker = threading.Thread(target=quietly, name="executor-clean-up", daemon=True)
+    worker.start()
+    worker.join(seconds)
 
 
 class _RunProgress:
@@ -935,14 +1003,19 @@ def plan_all(runs: list[RunConfig], say: Callable[[str], None]) -> list[PlannedR
     Raises:
       ConfigError: the first rule a run breaks.
     """
-    planned, began = [], time.perf_counter()
+    return _noted(runs, plan_run, "planning", say)
+
+
+def _noted(items: list, work: Callable, what: str, say: Callable[[str], None]) -> list:
+    """[work(item) for item in items], saying how far it got every PLANNING_NOTE_S seconds."""
+    done, began = [], time.perf_counter()
     noted = began
-    for run in runs:
-        planned.append(plan_run(run))
-        if time.perf_counter() - noted >= PLANNING_NOTE_S and len(planned) < len(runs):
+    for item in items:
+        done.append(work(item))
+        if time.perf_counter() - noted >= PLANNING_NOTE_S and len(done) < len(items):
             noted = time.perf_counter()
-            say(f"planning: {_progress(len(planned), len(runs), 0, noted - began).replace(' (0 failed)', '')}")
-    return planned
+            say(f"{what}: {_progress(len(done), len(items), 0, noted - began).replace(' (0 failed)', '')}")
+    return done
 
 
 def planned_ledgers(runs: list[RunConfig], say: Callable[[str], None] = lambda line: None) -> dict:
@@ -958,6 +1031,9 @@ def planned_ledgers(runs: list[RunConfig], say: Callable[[str], None] = lambda l
     points: dict[str, dict] = {}
     distinct = list({run.config_hash: run for run in runs}.values())
     planned_points = {planned.config.config_hash: planned for planned in plan_all(distinct, say)}
+    # Both modes' totals of each point: seconds a point for tight curves, so it says how far it got too.
+    ledgers = dict(zip(planned_points, _noted(list(planned_points.values()), lambda p: p.ledger.to_dict(),
+                                              "ledgers", say)))
     for run in runs:
         if run.config_hash in points:
             points[run.config_hash]["seeds"].append(run.seed)
@@ -968,7 +1044,7 @@ def planned_ledgers(runs: list[RunConfig], say: Callable[[str], None] = lambda l
             "seeds": [run.seed],
             "config": {k: v for k, v in run.values.items() if not k.startswith(("tracking.", "execution."))},
             "hyperparameters": planned.job.optimizer.hyperparameters(),
-            "ledger": planned.ledger.to_dict(),
+            "ledger": ledgers[run.config_hash],
         }
     return {"runs": list(points.values())}
 

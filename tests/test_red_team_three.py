@@ -89,3 +89,35 @@ def test_an_sqlite_store_with_sqlalchemy_options_opens(tmp_path, monkeypatch):
     (tmp_path / "store.yaml").write_text(BASE + 'tracking: {mlflow_uri: "sqlite:///new.db?timeout=30", out: res}\n')
     assert cli.main(["run", "store.yaml"]) == 0
     assert (tmp_path / "new.db").is_file() and not list(tmp_path.glob("new.db?*"))
+
+
+def test_sigterm_to_a_ray_grids_process_group_exits_143_with_no_run_left_running(tmp_path):
+    """Issue 46: SIGTERM to the process group of a Ray grid (as Slurm sends it: the driver and its
+    local Ray together) ended in exit 1 after a 60 s GCS timeout with MLflow runs left RUNNING."""
+    import os
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+
+    (tmp_path / "grid.yaml").write_text(
+        "experiment: pg\nn_users: 200000\nproblem: {name: quadratic, dim: 5}\noptimizer: {name: seq_sgd}\n"
+        "privacy: {epsilon: 1.0, delta: 1.0e-6, accounting: tight}\nseeds: [0, 1, 2, 3]\n"
+        "execution: {backend: ray, shards: 2}\ntracking: {out: res}\n")
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}  # its own local Ray
+    driver = subprocess.Popen([sys.executable, "-m", "pipeline", "run", "grid.yaml"], cwd=tmp_path, env=env,
+                              start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in driver.stdout:  # the first run recorded: the others are in flight on Ray
+            if "1/4" in line:
+                break
+        os.killpg(driver.pid, signal.SIGTERM)
+        began = time.monotonic()
+        said = driver.communicate(timeout=90)[0]
+        assert driver.returncode == 143 and time.monotonic() - began < 45, said[-3000:]
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+    with sqlite3.connect(tmp_path / "mlflow.db") as store:
+        statuses = dict(store.execute("SELECT status, COUNT(*) FROM runs GROUP BY status").fetchall())
+    assert "RUNNING" not in statuses and statuses.get("FINISHED", 0) >= 1, statuses

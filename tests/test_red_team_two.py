@@ -265,7 +265,8 @@ def test_an_npz_whose_headers_promise_more_rows_than_it_holds_is_one_line(tmp_pa
 
 
 def test_ledger_says_how_far_planning_got_on_stderr(tmp_path, capsys, monkeypatch):
-    """A 3,000-point `ledger` was silent for 240 s: planning notes its progress on stderr every
+    """A 3,000-point `ledger` was silent for 240 s, and (issue 46) for about 3 hours after planning,
+    while it composed each point's ledger: planning and the ledgers note their progress on stderr every
     PLANNING_NOTE_S seconds (here after every point), and stdout stays the JSON alone."""
     from pipeline import runner
 
@@ -275,7 +276,8 @@ def test_ledger_says_how_far_planning_got_on_stderr(tmp_path, capsys, monkeypatc
     captured = capsys.readouterr()
     assert len(json.loads(captured.out)["runs"]) == 3
     lines = captured.err.strip().splitlines()  # quiet unless planning takes PLANNING_NOTE_S (here 0)
-    assert [line.split("] ")[1].split(" ")[0] for line in lines] == ["1/3", "2/3"], lines
+    assert [(line.split(":")[0], line.split("] ")[1].split(" ")[0]) for line in lines] == [
+        ("planning", "1/3"), ("planning", "2/3"), ("ledgers", "1/3"), ("ledgers", "2/3")], lines
 
 
 class _ChattyHdfs:

@@ -536,7 +536,8 @@ def test_a_driver_that_lost_its_lease_writes_nothing_more(tmp_path, s3, new_mlfl
         assert _run(second, out) == 0  # takes the folder over and records every run
         driver.send_signal(signal.SIGCONT)
         assert driver.wait(timeout=120) == 1
-        assert "this driver lost its lease" in driver.stderr.read()
+        said = driver.stderr.read()
+        assert "this driver lost its lease" in said and "in flight when the folder was lost" in said, said
     finally:
         if driver.poll() is None:
             driver.kill()
