@@ -763,7 +763,7 @@ class _Interrupts:
         self._previous: dict = {}
         self._on_stuck = on_stuck
         self._stopped = threading.Event()
-        self._wakeup: tuple[int, int] | None = None
+        self._wakeup: tuple[int, int] | None = None  # (our write end, the wakeup fd it replaced)
 
     def __enter__(self) -> _Interrupts:
         if threading.current_thread() is threading.main_thread():
@@ -773,8 +773,7 @@ class _Interrupts:
             if self._previous:
                 read_end, write_end = os.pipe()
                 os.set_blocking(write_end, False)
-                self._wakeup = (read_end, signal.set_wakeup_fd(write_end, warn_on_full_buffer=False))
-                self._write_end = write_end
+                self._wakeup = (write_end, signal.set_wakeup_fd(write_end, warn_on_full_buffer=False))
                 threading.Thread(target=self._watch, args=(read_end,), name="signal-watchdog", daemon=True).start()
         return self
 
@@ -783,8 +782,9 @@ class _Interrupts:
         for signum, action in self._previous.items():
             signal.signal(signum, action)
         if self._wakeup is not None:
-            signal.set_wakeup_fd(self._wakeup[1])
-            os.close(self._write_end)  # the watchdog's read ends
+            write_end, replaced = self._wakeup
+            signal.set_wakeup_fd(replaced)
+            os.close(write_end)  # the watchdog's read ends
 
     def _watch(self, read_end: int) -> None:
         """Waits for a signal; ends the process if the grid has not stopped STUCK_S seconds after it."""
@@ -902,11 +902,11 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
         completed = len(summary.finished) + len(summary.failed)
         say(f"{_progress(completed, len(todo), len(summary.failed), time.perf_counter() - began)}  {note}")
 
-    def stuck(stop: BaseException) -> None:  # the watchdog's: the main thread is blocked in native code
+    def fail_in_flight(stop: BaseException) -> None:  # also the watchdog's, if the main thread is blocked
         for item, mlflow_run_id, run_began, started_at in list(started.values()):
             fail_run(item, time.perf_counter() - run_began, mlflow_run_id, started_at, tracker, store, stop)
 
-    with _Interrupts(stuck) as interrupts:
+    with _Interrupts(fail_in_flight) as interrupts:
         try:
             while queue or executor.in_flight():
                 while queue and executor.in_flight() < executor.capacity():
@@ -953,8 +953,7 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
                 stop.in_flight = sorted(started)  # the CLI lists them
             # The sinks first: a SIGTERM to the process group (Slurm) killed a local Ray with the driver,
             # and cancelling on a dead Ray blocks for its 60 s GCS timeout, then ends the process.
-            for item, mlflow_run_id, run_began, started_at in started.values():  # further signals wait for this
-                fail_run(item, time.perf_counter() - run_began, mlflow_run_id, started_at, tracker, store, stop)
+            fail_in_flight(stop)  # further signals wait for this
             _bounded(executor.cancel)
             raise
         finally:
