@@ -63,10 +63,10 @@ def planned_run(tree: dict):
     Returns:
       The runner's PlannedRun (its `.job` is the engine's RunJob).
     """
-    from pipeline import config, runner
+    from pipeline import config, planning
 
     (run_config,) = config.expand(tree)
-    return runner.plan_run(run_config)
+    return planning.plan_run(run_config)
 
 
 def full_gd_tree(n_users: int, dim: int, rounds: int, shards: int = 1, backend: str = "local") -> dict:

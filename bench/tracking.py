@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from bench.timing import planned_run, sized
-from pipeline import engine, runner
+from pipeline import engine, recording, runner
 from pipeline.tracking import MlflowTracker, ParquetStore
 
 
@@ -80,7 +80,7 @@ def run(size: str = "quick") -> dict[str, float]:
 
 def record_growth(size: str) -> dict[str, float]:
     """record_run_ms of the 1st run of a results folder and of the Nth (N = 1,000 quick):
-    runner.record_run, MLflow and Parquet, for one seq_sgd run of 10⁴ users (196 rounds).
+    recording.record_run, MLflow and Parquet, for one seq_sgd run of 10⁴ users (196 rounds).
 
     The runs in between are recorded as the store records any run (its commit of a
     runs row and its rounds), without their MLflow runs: the folder's size is what
@@ -104,9 +104,9 @@ def record_growth(size: str) -> dict[str, float]:
         _, records = engine.execute(planned.job, "local", 1)
 
         def record() -> float:
-            mlflow_run_id = runner.start_run(planned, tracker, store.shown)
+            mlflow_run_id = recording.start_run(planned, tracker, store.shown)
             began = time.perf_counter()
-            runner.record_run(planned, records, 0.0, mlflow_run_id, datetime.datetime.now(datetime.timezone.utc),
+            recording.record_run(planned, records, 0.0, mlflow_run_id, datetime.datetime.now(datetime.timezone.utc),
                               tracker, store)
             return time.perf_counter() - began
 

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from pipeline import audit, config, runner
+from pipeline import audit, config, planning
 
 UNDER_NOISED = "experiments/plugins/under_noised.py"
 SKELLAM = "experiments/plugins/skellam_sum.py"
@@ -39,7 +39,7 @@ def _planned(protocol: str, users: int):
             "privacy": {"protocol": protocol, "epsilon": 1.0, "delta": 1e-6, "accounting": "tight"},
             "execution": {"backend": "local"}}
     with contextlib.redirect_stdout(io.StringIO()):
-        return runner.plan_run(config.expand(tree)[0])
+        return planning.plan_run(config.expand(tree)[0])
 
 
 def audited(protocol: str, seeds: int, trials: int, users: int = 2000) -> dict:

@@ -345,7 +345,7 @@ def audit_run(planned, trials: int, seed: int = 0, alpha: float = 0.05) -> dict:
     """Audits a planned run's first call (the run's protocol, sampling, blocks, simulation and backend).
 
     Args:
-      planned: runner.PlannedRun.
+      planned: planning.PlannedRun.
       trials: runs per neighbour.
       seed: the attack's randomness.
       alpha: 1 − confidence.

@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pipeline import config, runner
+    from pipeline import config, interrupts, runner
     from pipeline.tracking import experiment_address, ui_command
 
     overrides = list(args.overrides) + ([f"tracking.out={args.out}"] if args.out else [])
@@ -65,11 +65,11 @@ def _run(args: argparse.Namespace) -> int:
             print(f"  failed {run_id}: in flight when the folder was lost (its MLflow run is marked failed)",
                   file=sys.stderr)
         return EXIT_RUNS_FAILED
-    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (runner.Terminated): the same handling
-        signal_name = "terminated (SIGTERM)" if isinstance(stop, runner.Terminated) else "interrupted"
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (interrupts.Terminated): the same handling
+        signal_name = "terminated (SIGTERM)" if isinstance(stop, interrupts.Terminated) else "interrupted"
         print(f"{signal_name}: the runs in flight are marked failed; rerun the same command to resume",
               file=sys.stderr)
-        return EXIT_TERMINATED if isinstance(stop, runner.Terminated) else EXIT_INTERRUPTED
+        return EXIT_TERMINATED if isinstance(stop, interrupts.Terminated) else EXIT_INTERRUPTED
     first = runs[0]
     print(f"\n{len(runs)} runs: {len(summary.finished)} finished, {len(summary.skipped)} skipped, "
           f"{len(summary.failed)} failed")
@@ -112,10 +112,10 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _ledger(args: argparse.Namespace) -> int:
-    from pipeline import config, runner
+    from pipeline import config, planning
 
     with contextlib.redirect_stdout(sys.stderr):  # stdout is the JSON alone, whatever a plug-in prints
-        ledgers = runner.planned_ledgers(config.expand(config.read_config(args.config, args.overrides)),
+        ledgers = planning.planned_ledgers(config.expand(config.read_config(args.config, args.overrides)),
                                          say=lambda line: print(line, file=sys.stderr, flush=True))
     print(json.dumps(ledgers, indent=2, ensure_ascii=False))
     return EXIT_OK
@@ -145,7 +145,7 @@ def _audit_lower_bound(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from pipeline import audit, config, runner
+    from pipeline import audit, config, planning
     from pipeline.options import integer
 
     if args.lower_bound:
@@ -161,7 +161,7 @@ def _audit(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise ConfigError("--seed", args.seed, str(err)) from None
     with contextlib.redirect_stdout(sys.stderr):  # stdout is the JSON alone, whatever a plug-in prints
-        planned = runner.plan_run(config.expand(config.read_config(args.config, args.overrides))[0])
+        planned = planning.plan_run(config.expand(config.read_config(args.config, args.overrides))[0])
         found = audit.audit_run(planned, trials, seed)
     print(json.dumps(found, indent=2, ensure_ascii=False))
     # A lower bound above the ledger would mean the ledger under-reports.

@@ -95,11 +95,12 @@ MAX_USERS = 10**10
 # Seeds are stored as int64 in runs.parquet: a larger one would turn the column to float64 and collapse seeds.
 MAX_SEED = 2**63 - 1
 # The most rounds a run may plan (full_gd's optimizer.rounds, or n / batch size for sequential
-# optimizers). Every round is recorded (runner.RECORD_BYTES, which the memory rule counts) and run; a built-in
-# protocol's group of equal rounds is planned and accounted at once, a plug-in's round by round.
+# optimizers). Every round is recorded (memory.RECORD_BYTES, which the memory rule counts) and run; a group of
+# equal rounds is planned and accounted at once when the protocol's plan depends on the budget alone
+# (Protocol.plans_per_budget: the built-ins and a plug-in that keeps one's plan), else round by round.
 MAX_ROUNDS, PLUGIN_MAX_ROUNDS = 10**8, 10**7
-ROUNDS_REASON = ("every round is recorded and a plug-in protocol is planned round by round; at most 10⁸ rounds, "
-                 "10⁷ with a plug-in protocol")
+ROUNDS_REASON = ("every round is recorded and a protocol with a plan of its own is planned round by round; at most "
+                 "10⁸ rounds, 10⁷ with a plug-in protocol that plans its own calls")
 # The experiment names the default results folder results/<experiment>: one path component.
 MAX_NAME_CHARS, MAX_NAME_BYTES = 200, 255
 

@@ -82,7 +82,7 @@ def audit_lower_bound(run: config.RunConfig, seeds: int, instance: str | None = 
     Raises:
       ConfigError: the instance refuses the run (its rules), before any run starts.
     """
-    from pipeline import runner
+    from pipeline import planning
 
     if run["problem.records_per_user"] != config.FIELDS["problem.records_per_user"].default:
         raise ConfigError("problem.records_per_user", run["problem.records_per_user"],
@@ -90,7 +90,7 @@ def audit_lower_bound(run: config.RunConfig, seeds: int, instance: str | None = 
     instance = instance or matching_instance(run)
     dim = run["problem.dim"]
     vertices = np.random.default_rng(np.random.SeedSequence([18, seeds])).integers(0, 2 ** min(dim, 62), seeds)
-    planned = [runner.plan_run(on_instance(run, instance, int(vertex), seed)) for seed, vertex in enumerate(vertices)]
+    planned = [planning.plan_run(on_instance(run, instance, int(vertex), seed)) for seed, vertex in enumerate(vertices)]
     losses = []
     for plan in planned:  # every run planned (and every rule checked) before the first one starts
         _, records = engine.execute(plan.job, "local", 1)

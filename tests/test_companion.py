@@ -238,7 +238,7 @@ def test_sampled_calibration_meets_the_composed_budget():
 def _final_losses(settings: dict, seeds: range) -> np.ndarray:
     """Final excess losses of one config over seeds, run in process."""
     from pipeline.config import expand
-    from pipeline.runner import plan_run
+    from pipeline.planning import plan_run
 
     tree = {"experiment": "companion", "n_users": 2000, "problem": {"name": "quadratic", "dim": 3, "radius": 1.0},
             "privacy": {"accounting": "tight", "delta": 1e-6}, "seeds": list(seeds), "tracking": {"out": "unused"}}
@@ -353,7 +353,7 @@ def test_pan_agd_noise_draw_alone_meets_lemma_c5_and_the_ledger_counts_both(epsi
     carries two draws, and the run's ledger says less than ε."""
     from pipeline.config import expand
     from pipeline.optimizers.pan_agd import pan_noise
-    from pipeline.runner import plan_run
+    from pipeline.planning import plan_run
 
     problem = Quadratic(dim=DIM, radius=1.0)
     batch, delta = 50, 1e-6

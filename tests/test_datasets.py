@@ -24,7 +24,7 @@ from pipeline.engine import evaluation
 from pipeline.problems import Dataset
 from pipeline.problems.losses import LOSSES
 from pipeline.problems.tables import Table
-from pipeline.runner import plan_run
+from pipeline.planning import plan_run
 
 D = 4
 

@@ -14,12 +14,11 @@ import pytest
 import yaml
 from numba import njit
 
-from pipeline import cli, config, runner
+from pipeline import cli, config, planning
 from pipeline.engine import fused
 from pipeline.engine import fused_kernel as philox  # its generator part
 from pipeline.engine.fused_kernel import pairwise_sum
 from pipeline.engine.fused import TAPE_RAWS
-from pipeline.engine.fused_problem import fused_problem
 from pipeline.engine.layout import counter, run_key, stream
 from pipeline.engine.shard import Shard
 from pipeline.errors import NonFiniteError
@@ -43,7 +42,7 @@ def _tree(n_users: int, dim: int, block_size: int, batch_size: int | None = None
 
 def _job(tree: dict):
     (run_config,) = config.expand(tree)
-    return runner.plan_run(run_config).job
+    return planning.plan_run(run_config).job
 
 
 def _bits(record) -> tuple:
@@ -347,7 +346,7 @@ def test_a_girgis_chunk_gives_encode_blocks_histograms(kind, dim, messages, leve
     work = (np.empty(dim * users), np.empty(users), np.empty(rows * users), np.empty(rows * users),
             np.empty(messages * users, np.int64))
     got = np.zeros_like(want)
-    quadratic = tuple(fused_problem(Quadratic(dim, 1.0)))  # its gradients at θ = 0 are the inputs
+    quadratic = tuple(Quadratic(dim, 1.0).compiled_problem())  # its gradients at θ = 0 are the inputs
     assert philox._girgis_chunk(quadratic, np.zeros(dim), -inputs, 0, users, fused.state_words(stream(0, 2, users, 1)),
                                 *encoding[:8], encoding.flips, encoding.signs, work, got)
     assert params.padded_dim > params.coded_dim or kind != "linf"
@@ -417,6 +416,15 @@ def test_a_non_finite_gradient_fails_the_fused_run_as_the_python_run(monkeypatch
 class _OwnQuadratic(Quadratic):
     name: ClassVar[str] = "own_quadratic"
 
+    def gradients(self, theta, data, out=None):
+        return Quadratic.gradients(self, theta, data, out)
+
+
+class _RenamedQuadratic(Quadratic):
+    """A subclass that changes nothing the compiled twin reproduces: it inherits the twin."""
+
+    name: ClassVar[str] = "renamed_quadratic"
+
 
 @dataclasses.dataclass(frozen=True)
 class _OwnSeqSGD(SeqSGD):
@@ -441,10 +449,21 @@ def _changed(job, what: str):
 
 
 @pytest.mark.parametrize("what", ["problem subclass", "optimizer subclass", "protocol subclass"])
-def test_a_subclass_keeps_the_python_path(what):
+def test_a_subclass_that_overrides_what_the_twin_reproduces_keeps_the_python_path(what):
     job = _job(_tree(n_users=2_000, dim=3, block_size=256))
     assert fused.fusable(job)
     assert not fused.fusable(_changed(job, what))
+
+
+def test_a_subclass_that_overrides_nothing_the_twin_reproduces_inherits_it_bit_for_bit():
+    """pipeline.twins.keeps_twin: no list of types; the renamed problem's fused rounds are its Python rounds."""
+    job = _job(_tree(n_users=2_000, dim=3, block_size=256))
+    renamed = dataclasses.replace(job, problem=_RenamedQuadratic(job.problem.dim, job.problem.radius))
+    assert fused.fusable(renamed)
+    fused_state, fused_records = _rounds(renamed, 1, fused_path=True)
+    python_state, python_records = _rounds(renamed, 1, fused_path=False)
+    assert [_bits(record) for record in fused_records] == [_bits(record) for record in python_records]
+    assert np.array_equal(fused_state.theta, python_state.theta)
 
 
 @pytest.mark.parametrize("change", [

@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from pipeline import cli, config, runner
+from pipeline import cli, config, planning
 from pipeline.engine import fused_interactive as fused
 from pipeline.engine import fused_kernel as kernel
-from pipeline.engine.shard import Shard, chunk_users
+from pipeline.engine.layout import chunk_users
+from pipeline.engine.shard import Shard
 from pipeline.errors import NonFiniteError
 
 
@@ -29,7 +30,7 @@ def _tree(n_users: int, dim: int, block_size: int, optimizer: str = "full_gd", a
 
 def _job(tree: dict):
     (run_config,) = config.expand(tree)
-    return runner.plan_run(run_config).job
+    return planning.plan_run(run_config).job
 
 
 def _round(job, round_index: int = 0):

@@ -27,7 +27,7 @@ from pipeline.errors import ConfigError
 from pipeline.optimizers import OPTIMIZERS
 from pipeline.problems import PROBLEMS
 from pipeline.protocols import PROTOCOLS
-from pipeline.runner import plan_run
+from pipeline.planning import plan_run
 
 _GOLDEN_DIR = Path(__file__).with_name("golden")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import config, runner
+from pipeline import config, planning
 from pipeline.accounting.compositions import SEQUENTIAL
 from pipeline.accounting.ledger import LedgerError, PrivacyLedger
 from pipeline.accounting.events import GaussianSumDpEvent
@@ -14,12 +14,12 @@ BASE = {"problem": {"name": "quadratic", "dim": 3, "radius": 1.0}, "n_users": 40
         "privacy": {"epsilon": 2.0, "delta": 1e-5, "accounting": "tight"}, "execution": {"backend": "local"}}
 
 
-def _planned(optimizer: dict, privacy: dict | None = None, **top) -> runner.PlannedRun:
+def _planned(optimizer: dict, privacy: dict | None = None, **top) -> planning.PlannedRun:
     tree = {**BASE, **top, "optimizer": optimizer, "privacy": {**BASE["privacy"], **(privacy or {})}}
-    return runner.plan_run(config.expand(tree)[0])
+    return planning.plan_run(config.expand(tree)[0])
 
 
-def _round_by_round(planned: runner.PlannedRun) -> dict:
+def _round_by_round(planned: planning.PlannedRun) -> dict:
     """The ledger the runner built before groups: every round planned and recorded on its own."""
     job = planned.job
     schedule = job.schedule
@@ -27,7 +27,7 @@ def _round_by_round(planned: runner.PlannedRun) -> dict:
     for round_index in range(schedule.rounds):
         plan = schedule.plan(round_index)
         calls.append((round_index, plan.first_user, plan.stop_user, job.protocol.plan(plan, job.problem.dim)))
-    return runner.ledger_of(job, calls).to_dict()
+    return planning.ledger_of(job, calls).to_dict()
 
 
 @pytest.mark.parametrize("optimizer, privacy, top", [
@@ -79,3 +79,33 @@ def test_a_plugin_protocol_is_planned_round_by_round(tmp_path):
     module = __import__(type(planned.job.protocol).__module__, fromlist=["PLANNED"])
     # The runner asks every round, in order (a plug-in may read it; the optimizer's calibration asked before).
     assert module.PLANNED[-30:] == list(range(30))
+
+
+PLUGINS = __import__("pathlib").Path(__file__).resolve().parents[1] / "experiments" / "plugins"
+
+
+@pytest.mark.parametrize("spec, per_budget", [
+    ("cjmp_vec", True), ("central_gaussian", True), ("girgis_l2", True),
+    (f"{PLUGINS / 'under_noised.py'}:UnderNoisedPvec", True),  # keeps cjmp_vec's plan: planned per group
+    (f"{PLUGINS / 'under_noised.py'}:UnderNoisedGirgisL2", True),  # keeps girgis_l2's plan
+    (f"{__file__}:OwnPlanPvec", False),  # a plan of its own: round by round
+    (f"{PLUGINS / 'skellam_sum.py'}:SkellamSum", False),
+])
+def test_a_protocol_is_planned_per_group_exactly_when_its_plan_is_a_built_ins(spec, per_budget):
+    """Protocol.plans_per_budget (pipeline.twins.keeps_twin): no module-path test."""
+    from pipeline import plugins
+
+    protocol = plugins.resolve("protocol", spec)("paper")
+    assert protocol.plans_per_budget() is per_budget
+
+
+from pipeline.protocols import CjmpVec  # noqa: E402  (the plug-in below, resolved from this file)
+
+
+class OwnPlanPvec(CjmpVec):
+    """cjmp_vec with a plan of its own (here the same: what matters is that it may read the round)."""
+
+    name = "own_plan_pvec"
+
+    def plan(self, round_plan, dim):
+        return CjmpVec.plan(self, round_plan, dim)

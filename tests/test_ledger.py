@@ -172,13 +172,13 @@ def test_the_planned_ledger_is_the_same_whether_a_calls_parameters_hash_or_not()
     round; a plug-in's unhashable parameters get one per round: the same ledger either way."""
     import types
 
-    from pipeline import config, runner
+    from pipeline import config, planning
 
     # Phases of different batch sizes: several distinct calls, each over many rounds.
     tree = {"problem": {"name": "quadratic", "dim": 3, "radius": 1.0}, "n_users": 20000,
             "optimizer": {"name": "seq_phased"}, "privacy": {"epsilon": 2.0, "delta": 1e-6, "accounting": "tight"}}
     (run,) = config.expand(tree)
-    planned = runner.plan_run(run)
+    planned = planning.plan_run(run)
     job = planned.job
     plans = [job.schedule.plan(r) for r in range(job.schedule.rounds)]
     records = [(p.round, p.first_user, p.stop_user, job.protocol.planned(p, job.problem.dim)) for p in plans]
@@ -192,6 +192,6 @@ def test_the_planned_ledger_is_the_same_whether_a_calls_parameters_hash_or_not()
 
     unhashable = types.SimpleNamespace(optimizer=job.optimizer, schedule=job.schedule, protocol=Wrapped(),
                                        block_size=job.block_size, unit=job.unit)
-    wrapped = runner.ledger_of(unhashable, [(r, first, stop, [params]) for r, first, stop, params in records])
+    wrapped = planning.ledger_of(unhashable, [(r, first, stop, [params]) for r, first, stop, params in records])
     assert len(records) > len({params for *_, params in records}) > 1  # 23 rounds, 5 distinct calls
-    assert runner.ledger_of(job, records).to_dict() == wrapped.to_dict() == planned.ledger.to_dict()
+    assert planning.ledger_of(job, records).to_dict() == wrapped.to_dict() == planned.ledger.to_dict()

@@ -22,7 +22,7 @@ from pipeline import cli
 from pipeline.accounting.ledger import PrivacyLedger
 from pipeline.accounting.rederive import Rederiver, rederive, verdict
 from pipeline.config import expand
-from pipeline.runner import plan_run
+from pipeline.planning import plan_run
 
 # One run of each composition (sequential, fully interactive, phased, final iterate), with
 # P_vec and the companion mechanisms (Gaussian, shuffled Gaussian, shuffle LDP, report noisy

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline import cli, runner
+from pipeline import cli, memory
 
 GIB = 2**30
 UNLIMITED_V1 = "9223372036854771712"  # what cgroup v1 reports without a limit
@@ -29,13 +29,13 @@ def _tree(root: Path, files: dict[str, str]) -> Path:
     ({"proc/self/cgroup": "4:memory:/\n", "sys/fs/cgroup/memory/memory.limit_in_bytes": UNLIMITED_V1}, None),
 ], ids=["cgroup-v1", "cgroup-v2", "unlimited"])
 def test_the_limit_is_the_least_of_memory_cgroups_and_rlimit(tmp_path, files, expected):
-    physical = runner.memory_bytes(Path("/nonexistent"))
-    assert runner.memory_bytes(_tree(tmp_path, files)) == (physical if expected is None else min(expected, physical))
+    physical = memory.memory_bytes(Path("/nonexistent"))
+    assert memory.memory_bytes(_tree(tmp_path, files)) == (physical if expected is None else min(expected, physical))
 
 
 def test_rlimit_as_bounds_the_memory(tmp_path, monkeypatch):
     monkeypatch.setattr(resource, "getrlimit", lambda kind: (GIB, resource.RLIM_INFINITY))
-    assert runner.memory_bytes(tmp_path) == GIB
+    assert memory.memory_bytes(tmp_path) == GIB
 
 
 def _ledger(tmp_path, capsys, n: int, backend: str, shards: int = 1, sequential: bool = False) -> tuple[int, list[str]]:
@@ -54,8 +54,8 @@ def test_a_run_needing_3_gb_in_a_1_5_gib_cgroup_is_refused_with_the_numbers(tmp_
     """The red team's reproducer: cgroup v1 at 1.5 GiB, 1.25·10⁸ users of d = 3 (3 GB of data)."""
     root = _tree(tmp_path / "root", {"proc/self/cgroup": "4:memory:/job\n",
                                      "sys/fs/cgroup/memory/job/memory.limit_in_bytes": str(int(1.5 * GIB))})
-    real = runner.memory_bytes
-    monkeypatch.setattr(runner, "memory_bytes", lambda: real(root))
+    real = memory.memory_bytes
+    monkeypatch.setattr(memory, "memory_bytes", lambda: real(root))
     code, lines = _ledger(tmp_path, capsys, 125_000_000, "local")
     assert code == 2 and len(lines) == 1, lines
     assert lines[0].startswith("config error: n_users = 125000000: one process holding 125000000 users and 2 round "
@@ -75,7 +75,7 @@ def test_a_run_needing_3_gb_in_a_1_5_gib_cgroup_is_refused_with_the_numbers(tmp_
 def test_the_margin_and_every_process_of_a_ray_run_on_this_machine(tmp_path, capsys, monkeypatch, n, backend,
                                                                    shards, refused):
     """A 24 GiB machine and d = 3 (24 bytes a user); a Ray run started here holds all its shards."""
-    monkeypatch.setattr(runner, "memory_bytes", lambda: 24 * GIB)
+    monkeypatch.setattr(memory, "memory_bytes", lambda: 24 * GIB)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     code, lines = _ledger(tmp_path, capsys, n, backend, shards)
     if refused:
@@ -94,8 +94,8 @@ def test_round_records_count_a_sequential_run_that_holds_no_users(tmp_path, caps
     record (RECORD_BYTES = 256 each, measured): 10⁸ users in rounds of 10 are 10⁷ records, 2.38 GiB
     and a process, above 80% of 2 GiB; in rounds of 50, 2·10⁶ records fit (0.48 GiB and a process;
     on a Ray instance here, twice the records and 4 processes: 1.95 GiB, refused)."""
-    assert runner.RECORD_BYTES == 256  # the numbers below
-    monkeypatch.setattr(runner, "memory_bytes", lambda: 2 * GIB)
+    assert memory.RECORD_BYTES == 256  # the numbers below
+    monkeypatch.setattr(memory, "memory_bytes", lambda: 2 * GIB)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
 
     def ledger(batch_size: int) -> tuple[int, list[str]]:

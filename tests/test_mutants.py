@@ -25,7 +25,7 @@ from pipeline.accounting import pvec_tight
 from pipeline.accounting import shuffle_ldp
 from pipeline.config import expand
 from pipeline.protocols import cjmp
-from pipeline.runner import plan_run
+from pipeline.planning import plan_run
 
 
 def _planned(name: str, n: int, dim: int, epsilon: float, delta: float, radius: float,

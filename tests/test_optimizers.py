@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from pipeline import cli, config, engine, runner
+from pipeline import cli, config, engine, planning
 from pipeline.errors import ConfigError
 from pipeline.optimizers import OPTIMIZERS, FullGDSmoothed, FullPhased, SeqAGD, SeqAGDSmoothed, SeqPhased, SeqSGD
 from pipeline.optimizers.base import OVERRIDES
@@ -267,7 +267,7 @@ def _override_tree(name: str, **optimizer) -> dict:
 
 def _resolved(name: str, **optimizer) -> dict:
     """The resolved hyperparameters of an optimizer's combination, as planned."""
-    return runner.plan_run(config.expand(_override_tree(name, **optimizer))[0]).job.optimizer.hyperparameters()
+    return planning.plan_run(config.expand(_override_tree(name, **optimizer))[0]).job.optimizer.hyperparameters()
 
 
 def _other_value(key: str, default):

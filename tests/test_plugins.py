@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from scipy import special
 
-from pipeline import cli, config, engine, plugins, runner
+from pipeline import cli, config, engine, planning, plugins
 from pipeline.tracking import FINISHED
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,7 +64,7 @@ def test_examples_run_from_yaml_bit_identical_on_both_backends_and_any_sharding(
 def test_momentum_zero_is_seq_sgd_bit_for_bit():
     plain, momentum = (config.expand({"problem": {"name": HUBER, "dim": 3}, "n_users": 800, "optimizer": tree})[0]
                        for tree in ({"name": "seq_sgd"}, {"name": MOMENTUM, "momentum": 0.0}))
-    losses = [[r.excess_loss for r in engine.execute(runner.plan_run(run).job, "local", 2)[1]] for run in (plain, momentum)]
+    losses = [[r.excess_loss for r in engine.execute(planning.plan_run(run).job, "local", 2)[1]] for run in (plain, momentum)]
     assert losses[0] == losses[1]
 
 
@@ -185,7 +185,7 @@ def test_the_constants_rule_holds_for_the_valid_plugin(tmp_path):
     module.write_text(CONSTANT_PLUGIN.format(constants=body, for_run=OWN_FOR_RUN))
     run = config.expand({"problem": {"name": f"{module}:MyProblem", "dim": 3}, "n_users": 500,
                          "privacy": {"protocol": "central_gaussian", "accounting": "tight"}})[0]
-    assert runner.plan_run(run).job.problem.lipschitz == 2.0
+    assert planning.plan_run(run).job.problem.lipschitz == 2.0
 
 
 def test_an_optimizer_plugin_declaring_an_unknown_override_is_one_config_error_line(tmp_path, capsys):
@@ -231,7 +231,7 @@ def test_an_event_no_accountant_supports_is_refused_at_planning(tmp_path):
     run = config.expand({"n_users": 200, "optimizer": {"name": "seq_sgd"},
                          "privacy": {"protocol": f"{module}:Unaccounted"}})[0]
     with pytest.raises(config.ConfigError, match="privacy.protocol .* no accountant supports MysteryEvent"):
-        runner.plan_run(run)
+        planning.plan_run(run)
 
 
 def test_a_short_name_registered_by_an_installed_package_entry_point(tmp_path, monkeypatch):
@@ -246,7 +246,7 @@ def test_a_short_name_registered_by_an_installed_package_entry_point(tmp_path, m
     try:
         assert "heavy_ball" in plugins.short_names("optimizer")
         run = config.expand({"n_users": 400, "optimizer": {"name": "heavy_ball", "momentum": 0.3}})[0]
-        assert runner.plan_run(run).job.optimizer.momentum == 0.3
+        assert planning.plan_run(run).job.optimizer.momentum == 0.3
     finally:
         plugins.resolve.cache_clear()
 

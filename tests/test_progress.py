@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline import cli, engine, runner
+from pipeline import cli, engine, progress
 from pipeline.engine import pool
 from pipeline.engine.local import LocalPool
 from pipeline.optimizers import SeqSGD
@@ -42,7 +42,7 @@ def test_carried_rounds_in_short_trips_are_bit_identical_and_report_progress(mon
 
 def test_a_long_run_says_how_far_it_got_through_the_public_command(tmp_path, capsys, monkeypatch, new_mlflow_store):
     monkeypatch.setattr(pool, "PROGRESS_S", 0.0)
-    monkeypatch.setattr(runner, "RUN_NOTE_S", 0.0)
+    monkeypatch.setattr(progress, "RUN_NOTE_S", 0.0)
     config = tmp_path / "long.yaml"
     config.write_text("problem: {name: quadratic, dim: 3}\nn_users: 20000\noptimizer: {name: seq_sgd, batch_size: 2}\n"
                       "privacy: {epsilon: 2.0, delta: 1.0e-5}\nexecution: {backend: local}\n"

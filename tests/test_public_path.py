@@ -12,7 +12,7 @@ import yaml
 from pipeline import cli
 from pipeline.config import expand
 from pipeline.protocols.multi_message import GirgisProtocol
-from pipeline.runner import plan_run
+from pipeline.planning import plan_run
 
 BINARY_MEAN = {
     "experiment": "binary_mean",

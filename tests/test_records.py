@@ -21,7 +21,7 @@ from pipeline import cli, engine
 from pipeline.config import expand
 from pipeline.engine.shard import Shard
 from pipeline.problems.records import choose_records, parse_records_per_user
-from pipeline.runner import plan_run
+from pipeline.planning import plan_run
 
 DIM = 3
 

@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from pipeline import cli, config, engine, runner
+from pipeline import cli, config, engine, memory
 from pipeline.tracking import location, parquet_store
 
 SMALL = """
@@ -97,6 +97,8 @@ def _mlflow_runs(uri: str, experiment: str, run_id: str) -> list:
 
 
 UNDER_NOISED_PVEC = f"{Path(__file__).resolve().parents[1] / 'experiments/plugins/under_noised.py'}:UnderNoisedPvec"
+# A plug-in protocol with a plan of its own: planned round by round, so capped at 10⁷ rounds.
+SKELLAM_SUM = f"{Path(__file__).resolve().parents[1] / 'experiments/plugins/skellam_sum.py'}:SkellamSum"
 # (id, config text or bytes, --set overrides, field, rule fragments). Each is refused by `run`.
 REFUSED = [
     ("full_gd-1e9-rounds", SMALL, ["optimizer.name=full_gd", "optimizer.rounds=1e9"], "optimizer.rounds",
@@ -105,7 +107,7 @@ REFUSED = [
     ("planned-rounds-cap", SMALL, ["optimizer.name=seq_sgd", "optimizer.batch_size=1", "n_users=2e8"],
      "optimizer.batch_size", ["plans 200000000 rounds", "cap of 100000000"]),
     ("plugin-planned-rounds-cap", SMALL, ["optimizer.name=seq_sgd", "optimizer.batch_size=1", "n_users=2e7",
-                                          f"privacy.protocol={UNDER_NOISED_PVEC}"],
+                                          f"privacy.protocol={SKELLAM_SUM}"],
      "optimizer.batch_size", ["plans 20000000 rounds", "cap of 10000000", "10⁷ with a plug-in protocol"]),
     ("seed-above-int64", SMALL, [f"seeds=[{2**63}]"], "seeds[0]", ["≤ 9223372036854775807", "int64"]),
     ("seed-1e20", SMALL, ["seeds=[1.0e+20]"], "seeds[0]", ["≤ 9223372036854775807"]),
@@ -144,7 +146,7 @@ REFUSED = [
 @pytest.mark.parametrize("text,overrides,field,rules", [r[1:] for r in REFUSED], ids=[r[0] for r in REFUSED])
 def test_refused_in_one_line_before_any_work(tmp_path, monkeypatch, capsys, uri, text, overrides, field, rules):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(runner, "memory_bytes", lambda: 64 * 2**30)  # the same verdict on any machine
+    monkeypatch.setattr(memory, "memory_bytes", lambda: 64 * 2**30)  # the same verdict on any machine
     path = _config(tmp_path, text)
     args = ["run", str(path), "--out", str(tmp_path / "out")]
     for item in [f"tracking.mlflow_uri={uri}"] * ("mlflow_uri" not in str(text)) + overrides:

@@ -268,9 +268,9 @@ def test_ledger_says_how_far_planning_got_on_stderr(tmp_path, capsys, monkeypatc
     """A 3,000-point `ledger` was silent for 240 s, and (issue 46) for about 3 hours after planning,
     while it composed each point's ledger: planning and the ledgers note their progress on stderr every
     PLANNING_NOTE_S seconds (here after every point), and stdout stays the JSON alone."""
-    from pipeline import runner
+    from pipeline import progress
 
-    monkeypatch.setattr(runner, "PLANNING_NOTE_S", 0.0)
+    monkeypatch.setattr(progress, "PLANNING_NOTE_S", 0.0)
     config = _config(tmp_path, **{"grid": {"privacy.epsilon": [1.0, 2.0, 3.0]}})
     assert cli.main(["ledger", str(config)]) == 0
     captured = capsys.readouterr()

@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pandas as pd
 
-from pipeline import cli, config, runner
+from pipeline import cli, config, planning
 from pipeline.engine.shard import Shard
 
 SMALL = """
@@ -42,7 +42,7 @@ def test_no_raw_or_per_user_value_and_no_user_id_leaves_the_shards(tmp_path, mon
     path = tmp_path / "c.yaml"
     path.write_text(textwrap.dedent(SMALL))
     assert cli.main(["run", str(path)]) == 0
-    (planned, *_) = [runner.plan_run(run) for run in config.expand(config.read_config(path))]
+    (planned, *_) = [planning.plan_run(run) for run in config.expand(config.read_config(path))]
     layout = planned.job.layout
     shard = Shard(planned.job, 0, layout.n_blocks)  # the users' points, regenerated from the seed
     raw = np.concatenate([shard.draw_block(block) for block in shard.blocks], axis=1)

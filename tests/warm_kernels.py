@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline import config, engine, runner
+from pipeline import config, engine, planning
 
 # (problem, optimizer, protocol, accounting): one job a kernel or a variant of its arguments'
 # types, the slowest to compile first.
@@ -46,7 +46,7 @@ def warm(part: int, parts: int) -> None:
                 "privacy": {"epsilon": 1.0, "delta": 1e-6, "protocol": protocol, "accounting": accounting},
                 "seeds": [0], "execution": {"backend": "local", "shards": 1}}
         (run,) = config.expand(tree)
-        job = runner.plan_run(run).job
+        job = planning.plan_run(run).job
         engine.execute(job, "local", 1)
 
 

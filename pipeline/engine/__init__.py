@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from pipeline.engine.job import EXACT, LITERAL, SIMULATIONS, RunJob
 from pipeline.engine.rounds import COLUMNS as ROUND_COLUMNS, RoundRecord, RoundRecords
-from pipeline.engine.shard import drawn_per_block
+from pipeline.engine.job import drawn_per_block
 
 BACKENDS = ("ray", "local")
 

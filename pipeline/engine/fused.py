@@ -1,10 +1,9 @@
-"""Fused sequential rounds: a shard's carried rounds of seq_sgd (P_SGD), seq_agd, seq_agd_smoothed
-and pan_agd (AC-SA), seq_phased (its AC-SA phases in turn) or pnsgd (its last iterate) with
-P_vec, a sum protocol (none, central_gaussian, shuffle_gaussian, local_l2) or Girgis's linf,
-l2 and l1 randomizers in exact mode on the quadratic, Bernoulli, absolute or elastic problem
-(or the Moreau envelope of the last two: pipeline.engine.fused_problem), run as one compiled
-function per window of rounds instead of ~22 numpy calls a round (shared/DESIGN.md §5, "Fast
-paths are twins of the reference path").
+"""Fused sequential rounds: a shard's carried rounds run as one compiled function per window of
+rounds instead of ~22 numpy calls a round (shared/DESIGN.md §5, "Fast paths are twins of the
+reference path"), when each family states its compiled twin: the optimizer its update
+(Optimizer.compiled_update), the problem its gradients, losses and draws
+(Problem.compiled_problem, draw_compiled), the protocol its call's constants
+(Protocol.fused_encoding). This module names no particular family.
 
 The compiled rounds (pipeline.engine.fused_kernel) are a twin of `Shard.python_rounds`:
 the same counter-based streams drawn in the same order (pipeline.engine.fused_kernel) and the
@@ -28,19 +27,11 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from pipeline.engine.fused_problem import fused_problem
-from pipeline.engine.layout import DATA_STREAM, NOISE_STREAM, ROUND_STREAM, counter, run_key, stream
+from pipeline.engine.job import drawn_per_block
+from pipeline.engine.layout import DATA_STREAM, NOISE_STREAM, ROUND_STREAM, chunk_users, counter, run_key, stream
 from pipeline.engine.rounds import RoundRecords
-from pipeline.engine.shard import chunk_users, drawn_per_block
 from pipeline.errors import NonFiniteError
-from pipeline.optimizers.averaged import AveragedProjectedDescent
-from pipeline.optimizers.base import RoundGroup
-from pipeline.optimizers.phased import SeqPhased
-from pipeline.optimizers.pnsgd import PNSGD
-from pipeline.optimizers.seq_agd import SeqAGD
-from pipeline.problems.bernoulli import Bernoulli
-from pipeline.problems.quadratic import Quadratic
-from pipeline.problems.smoothed import gradient_problem
+from pipeline.optimizers.base import RoundGroup, gradient_problem
 from pipeline.protocols.base import GRADIENTS
 
 # What a group must leave at its defaults to be fused: every user of a contiguous batch
@@ -51,73 +42,28 @@ _PLAIN_FIELDS = ("folds", "sampling", "sample_size", "rate", "noisy_max", "hones
                  "records_per_round", "per_record", "records_min")
 
 
-class _Rule(NamedTuple):
-    """An optimizer the compiled rounds reproduce: its class, whose methods a subclass must
-    not override (else it keeps Python), the kernel's rule (named: fused_kernel loads numba,
-    which only fused runs import), and its rate (fused_kernel._advance)."""
-
-    base: type
-    methods: tuple[str, ...]
-    kernel_rule: str
-    rate: Callable[[Any], float]
-    second: bool = True  # whether the state holds a second vector: (θ, v, t), else (θ, t)
-
-
-# AveragedState (θ, Σθ, t), AcsaState (θ, θ^ag, t), LastIterateState (θ, t).
-_STATE_METHODS = ("init", "start", "query", "update", "output")
-_RULES = (_Rule(AveragedProjectedDescent, _STATE_METHODS, "AVERAGED", lambda optimizer: optimizer.step_size),
-          _Rule(SeqAGD, (*_STATE_METHODS, "curvature", "curvature_scale"), "ACSA",
-                lambda optimizer: optimizer.curvature_scale),
-          _Rule(PNSGD, _STATE_METHODS, "LAST", lambda optimizer: optimizer.step_size, second=False))
-
-
-def _unchanged(kind: type, base: type, methods: tuple[str, ...]) -> bool:
-    """Whether `kind` is `base` or a subclass that overrides none of `methods`."""
-    return issubclass(kind, base) and all(getattr(kind, name) is getattr(base, name) for name in methods)
-
-
-def _rule(optimizer: Any) -> _Rule | None:
-    """The rule that reproduces an optimizer's rounds, or None."""
-    return next((rule for rule in _RULES if _unchanged(type(optimizer), rule.base, rule.methods)), None)
-
-
-# seq_phased runs its phases' optimizers in turn: the kernel runs a phase's rounds, and
-# `advanced` moves the state on (to the next phase after its last round).
-_PHASED_METHODS = (*_STATE_METHODS, "advanced", "_warm_start")
-
-
-def _phased(optimizer: Any) -> bool:
-    return _unchanged(type(optimizer), SeqPhased, _PHASED_METHODS)
-
-
-def _running(optimizer: Any, state: Any) -> tuple[Any, Any]:
-    """The optimizer whose rounds run now, and its state: the running phase's (seq_phased), or the run's."""
-    return (optimizer.phases[state.phase], state.inner) if _phased(optimizer) else (optimizer, state)
-
-
-def _compiled(optimizer: Any) -> bool:
-    """Whether every optimizer the run's rounds step with has a rule."""
-    return all(_rule(phase) for phase in optimizer.phases) if _phased(optimizer) else _rule(optimizer) is not None
+def _plain(group: RoundGroup) -> bool:
+    return group.user_stride == group.users and all(getattr(group, name) == getattr(_PLAIN, name)
+                                                    for name in _PLAIN_FIELDS)
 
 
 def fusable(job: Any) -> bool:
-    """Whether a job's carried rounds have a compiled twin: exactly P_SGD's averaged
-    projected steps, AC-SA's (seq_phased's phases too) or PNSGD's last iterate (_RULES), for
-    every group a problem with a compiled twin (fused_problem, the group's smoothing applied),
-    a protocol with a `fused_encoding` for every group's call (P_vec or a sum protocol, in
-    exact mode), users drawn per block, and plain sequential groups.
+    """Whether a job's carried rounds have a compiled twin: every optimizer the rounds step with
+    states a compiled update (Optimizer.compiled_update: P_SGD's averaged projected steps, AC-SA's,
+    PNSGD's last iterate; seq_phased's phases in turn), every group's problem a compiled twin
+    (Problem.compiled_problem, the group's smoothing applied), the protocol a `fused_encoding` for
+    every group's call (P_vec, a sum protocol or Girgis's, in exact mode), users drawn per block,
+    and plain sequential groups.
 
     Args:
       job: the RunJob.
     """
-    if not _compiled(job.optimizer):
+    if not all(optimizer.compiled_update() for optimizer in job.optimizer.steppers()):
         return False
     if job.simulation != "exact" or not drawn_per_block(job):
         return False
     schedule = job.schedule
-    plain = all(group.user_stride == group.users and all(getattr(group, name) == getattr(_PLAIN, name)
-                                                         for name in _PLAIN_FIELDS)
-                and fused_problem(gradient_problem(job.problem, group.smoothing)) is not None
+    plain = all(_plain(group) and gradient_problem(job.problem, group.smoothing).compiled_problem() is not None
                 for group in schedule.groups)
     return plain and schedule.inputs == GRADIENTS and all(
         job.protocol.fused_encoding(job.protocol.planned(schedule.plan(first), job.problem.dim)) is not None
@@ -171,39 +117,26 @@ class FusedRounds:
         self._counter = counter(ROUND_STREAM, 0, 0)  # rewritten by the kernel for every (round, block)
         self._noise_counter = counter(NOISE_STREAM, 0)  # for every round of a central curator's noise
         self._generator = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
-        self._problems: dict[float, tuple] = {}  # fused_problem by a group's smoothing
+        self._problems: dict[float, tuple] = {}  # compiled_problem by a group's smoothing
         # Blocks drawn or being drawn: a round may straddle the last one and the next, and the
         # block after is drawn in a thread while the kernel (which releases the GIL) runs rounds.
         self._blocks: dict[int, Future] = {}
         self._ahead = ThreadPoolExecutor(1, thread_name_prefix="fused-draw")
 
     def draw_block(self, block: int) -> np.ndarray:
-        """Shard.draw_block(block), bit for bit, in one compiled pass: the quadratic's
-        Quadratic.from_normals of `compiled_normals` (the raw Philox outputs in bulk, numpy's
-        ziggurat: fused_kernel.quadratic_users); Bernoulli's bits (fused_kernel.bernoulli_users);
-        a finite problem's `rng.choice` of its support (fused_kernel.finite_users: 2.9 times as
-        fast as numpy's choice and fancy indexing here)."""
-        job, problem = self._job, self._job.problem.unsmoothed
+        """Shard.draw_block(block), bit for bit, in one compiled pass (Problem.draw_compiled: numpy's
+        own draws, standard_normal and choice, took two to three times as long)."""
+        job = self._job
         first, stop = job.layout.block_users(block)
-        users = np.empty((problem.dim, stop - first))
-        generator = state_words(stream(job.seed, DATA_STREAM, block))
+        users = np.empty((job.problem.dim, stop - first))
         tape = np.empty(max(1, min(TAPE_RAWS, users.size)), np.uint64)
-        if type(problem) is Quadratic:
-            self._kernel.quadratic_users(generator, users, tape, problem.spread,
-                                         np.asarray(problem.optimum, np.float64), np.empty(stop - first))
-        elif type(problem) is Bernoulli:
-            self._kernel.bernoulli_users(generator, users, tape, np.asarray(problem.optimum, np.float64))
-        else:  # a FiniteBallProblem (fused_problem): numpy's choice takes cumsum / its last as the cdf
-            cdf = np.cumsum(problem.weights)
-            cdf /= cdf[-1]
-            self._kernel.finite_users(generator, users, tape, cdf, np.ascontiguousarray(problem.support),
-                                      np.empty(tape.size, np.int64))
+        job.problem.unsmoothed.draw_compiled(self._kernel, state_words(stream(job.seed, DATA_STREAM, block)), users, tape)
         return users
 
     def _problem(self, smoothing: float) -> tuple:
-        """The kernel's `problem` of a group that smooths with `smoothing` (fused_problem)."""
+        """The kernel's `problem` of a group that smooths with `smoothing` (Problem.compiled_problem)."""
         if smoothing not in self._problems:
-            self._problems[smoothing] = tuple(fused_problem(gradient_problem(self._job.problem, smoothing)))
+            self._problems[smoothing] = tuple(gradient_problem(self._job.problem, smoothing).compiled_problem())
         return self._problems[smoothing]
 
     def _block(self, block: int) -> Future:
@@ -242,8 +175,8 @@ class FusedRounds:
             last_user = group.first_user + group.rounds * batch  # the group's, past this trip's
             began = time.perf_counter()  # the wait for the users' draw counts in the rounds' time
             data, data_first = self._window(first_user, first_user + (end - round_index) * batch, last_user)
-            optimizer, running = _running(job.optimizer, state)  # a window's rounds are in one group: one phase
-            rule = _rule(optimizer)
+            optimizer, running = job.optimizer.stepping(state)  # a window's rounds are in one group: one phase
+            rule = optimizer.compiled_update()
             theta, steps = running[0].copy(), np.array([running[-1]], np.int64)
             other = running[1].copy() if rule.second else np.zeros_like(theta)
             params = job.protocol.planned(schedule.plan(round_index), problem.dim)
@@ -251,13 +184,13 @@ class FusedRounds:
             window = (theta, other, steps, data, data_first, self._key, self._counter)
             rounds = (round_index, end - round_index, first_user, batch, job.block_size, chunk_users(problem.dim))
             # π is the ball's (ball_projection) for every problem with a twin; an envelope's is its base's
-            step = (getattr(self._kernel, rule.kernel_rule), rule.rate(optimizer), problem.unsmoothed.radius,
+            step = (getattr(self._kernel, rule.rule), rule.rate, problem.unsmoothed.radius,
                     self._problem(group.smoothing), excess, population)
             encoding = job.protocol.fused_encoding(params)
             done = getattr(self._kernel, encoding.kernel)(*window, self._noise_counter, self._generator, *rounds,
                                                           *encoding, *step)
             running = type(running)(*((theta, other) if rule.second else (theta,)), int(steps[0]))
-            state = job.optimizer.advanced(state, running, done) if _phased(job.optimizer) else running
+            state = job.optimizer.advanced(state, running, done)
             seconds = (time.perf_counter() - began) / max(done, 1)
             firsts = np.arange(first_user, first_user + done * batch, batch, dtype=np.int64)
             records.extend(RoundRecords.from_columns(

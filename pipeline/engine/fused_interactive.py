@@ -1,8 +1,7 @@
 """Compiled fully interactive rounds: a shard's share of a round in which every user of the
 population sends its gradient at one query point, with P_vec (cjmp_vec) or a sum protocol
 (none, central_gaussian, shuffle_gaussian, local_l2) in exact mode on a problem with a compiled
-twin (pipeline.engine.fused_problem: the quadratic, bernoulli, absolute, elastic, or the envelope
-of the last two), as one call of fused_kernel.blocks_pvec or blocks_sum over the shard's held
+twin (Problem.compiled_problem), as one call of fused_kernel.blocks_pvec or blocks_sum over the shard's held
 users instead of about 12 numpy passes (shared/DESIGN.md §5, "Fast paths are twins of the reference path").
 
 It is the twin of `Shard.python_partial_counts`: the same streams drawn in the same order
@@ -16,9 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.engine.fused_problem import fused_problem
-from pipeline.engine.layout import ROUND_STREAM, counter, run_key
-from pipeline.engine.shard import chunk_users
+from pipeline.engine.layout import ROUND_STREAM, chunk_users, counter, run_key
 from pipeline.optimizers.base import RoundPlan
 from pipeline.protocols.base import GRADIENTS
 
@@ -44,7 +41,7 @@ class InteractiveRounds:
         self._key = run_key(shard.job.seed)
         self._counter = counter(ROUND_STREAM, 0, 0)  # rewritten by the kernel for every block
         self._state = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
-        self._problem = tuple(fused_problem(shard.job.problem))
+        self._problem = tuple(shard.job.problem.compiled_problem())
 
     @staticmethod
     def encoding(plan: RoundPlan, params: Any, theta: np.ndarray, protocol: Any) -> Any | None:
@@ -73,7 +70,7 @@ class InteractiveRounds:
         stops = np.array([users.stop for _, users in slices], np.int64)
         counts = np.empty((blocks.size, theta.size), np.int64)
         kernel = getattr(self._kernel, _BLOCK_KERNELS[encoding.kernel])
-        # θ copied: a read-only query would compile the kernel anew (fused_problem._writeable)
+        # θ copied: a read-only query would compile the kernel anew (pipeline.problems.compiled.writeable)
         if not kernel(self._problem, np.array(theta, np.float64), shard.data, starts, stops, blocks, plan.round, self._key,
                       self._counter, self._state, chunk_users(theta.size), *encoding, counts):
             return None
@@ -83,9 +80,9 @@ class InteractiveRounds:
 
 def interactive_rounds(shard) -> InteractiveRounds | None:
     """The shard's compiled fully interactive rounds, or None when its users are not
-    held single records of a problem with a compiled twin (fused_problem) in exact mode (then every round
+    held single records of a problem with a compiled twin (Problem.compiled_problem) in exact mode (then every round
     keeps the Python path; a round the kernel does not reproduce keeps it too)."""
     job = shard.job
     held = shard.data is not None and shard.offsets is None
-    twin = fused_problem(job.problem) is not None
+    twin = job.problem.compiled_problem() is not None
     return InteractiveRounds(shard) if held and twin and job.simulation == "exact" else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from pipeline.accounting.compositions import FINAL_ITERATE, SEQUENTIAL
 from pipeline.engine.evaluation import evaluation_rounds
 from pipeline.engine.layout import BlockLayout
 from pipeline.optimizers.base import Optimizer, Schedule, with_dropouts, with_records
@@ -69,3 +70,13 @@ class RunJob:
     @property
     def layout(self) -> BlockLayout:
         return BlockLayout(self.n_users, self.block_size)
+
+
+def drawn_per_block(job: RunJob) -> bool:
+    """Whether a run's shards draw each block's users when a round asks for them instead of
+    holding every user for the run: synthetic users with one record each, in a schedule
+    that asks each user once (SEQUENTIAL: disjoint batches; FINAL_ITERATE: pnsgd's one
+    pass, a user a step), so memory is one block, not n.
+    Fully interactive runs ask every user every round and keep holding them."""
+    return (not job.problem.reads_rows and job.records.one_each
+            and job.schedule.composition in (SEQUENTIAL, FINAL_ITERATE))

@@ -8,6 +8,16 @@ import functools
 
 import numpy as np
 
+# Users per chunk: about 2^16 user-coordinates, so a chunk's buffers stay in
+# cache. Depends on d only, so the random draws do not depend on the sharding.
+CHUNK_ELEMENTS = 1 << 16
+
+
+def chunk_users(dim: int) -> int:
+    """Users per chunk for dimension d."""
+    return max(1, CHUNK_ELEMENTS // dim)
+
+
 # Independent streams of one run, by key.
 DATA_STREAM = 0  # (DATA_STREAM, block): the block's users' data points
 ROUND_STREAM = 1  # (ROUND_STREAM, round, block): the randomizers of a round

@@ -7,35 +7,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pipeline.accounting.compositions import FINAL_ITERATE, SEQUENTIAL
-from pipeline.engine.job import RunJob
+from pipeline.engine.job import RunJob, drawn_per_block
 from pipeline.engine.layout import (DATA_STREAM, NOISE_STREAM, PERMUTE_STREAM, RECORD_STREAM, RECORDS_STREAM,
-                                    ROUND_STREAM, SCATTER_STREAM, Streams, sampled_users, stream)
+                                    ROUND_STREAM, SCATTER_STREAM, Streams, chunk_users, sampled_users, stream)
 from pipeline.engine.rounds import RoundRecords, execute_rounds
 from pipeline.errors import NonFiniteError, value_class
 from pipeline.problems.records import choose_records, offsets_of
-from pipeline.problems.smoothed import gradient_problem
+from pipeline.optimizers.base import answer
 from pipeline.protocols.base import DATA, RoundPlan
-
-# Users per chunk: about 2^16 user-coordinates, so a chunk's buffers stay in
-# cache. Depends on d only, so the random draws do not depend on the sharding.
-CHUNK_ELEMENTS = 1 << 16
-
-
-def chunk_users(dim: int) -> int:
-    """Users per chunk for dimension d."""
-    return max(1, CHUNK_ELEMENTS // dim)
-
-
-def drawn_per_block(job: RunJob) -> bool:
-    """Whether a run's shards draw each block's users when a round asks for them instead of
-    holding every user for the run: synthetic users with one record each, in a schedule
-    that asks each user once (SEQUENTIAL: disjoint batches; FINAL_ITERATE: pnsgd's one
-    pass, a user a step), so memory is one block, not n.
-    Fully interactive runs ask every user every round and keep holding them."""
-    return (not job.problem.reads_rows and job.records.one_each
-            and job.schedule.composition in (SEQUENTIAL, FINAL_ITERATE))
-
 
 class Shard:
     """The users of blocks [first_block, stop_block) of one run.
@@ -124,9 +103,8 @@ class Shard:
         An input is a user's gradient (or data point); a user holding several records sends
         the mean over the records it uses, or at record level (plan.per_record) one input per
         record used."""
-        problem = gradient_problem(self.job.problem, plan.smoothing)
         if self.offsets is not None:
-            yield from self._record_chunks(plan, problem, theta, users, block)
+            yield from self._record_chunks(plan, theta, users, block)
             return
         contiguous = isinstance(users, slice)
         first, stop = (users.start, users.stop) if contiguous else (0, users.size)
@@ -136,11 +114,10 @@ class Shard:
             # A slice stays a view of the held data; sampled positions are gathered.
             data = held[:, low - offset: high - offset] if contiguous else held[:, users[low:high] - offset]
             out = self._buffer[: self.dim * (high - low)].reshape(self.dim, high - low)
-            yield self._compute(plan, problem, theta, data, out, lambda: np.arange(low, high) if contiguous else users[low:high])
+            yield self._compute(plan, theta, data, out, lambda: np.arange(low, high) if contiguous else users[low:high])
 
-    def _compute(self, plan: RoundPlan, problem, theta: np.ndarray, data: np.ndarray, out: np.ndarray,
-                 owners) -> np.ndarray:
-        """The inputs of some records into out (d, records).
+    def _compute(self, plan: RoundPlan, theta: np.ndarray, data: np.ndarray, out: np.ndarray, owners) -> np.ndarray:
+        """The inputs of some records into out (d, records) (pipeline.optimizers.base.answer).
 
         Args:
           owners: () → the shard positions of the records' users (called only to name one).
@@ -148,13 +125,7 @@ class Shard:
         Raises:
           NonFiniteError: an input that is NaN or infinite (a randomizer would cast it silently).
         """
-        if plan.inputs == DATA:
-            np.copyto(out, data)
-        elif theta.ndim == 2:  # two query points: each user's gradient difference (Frank–Wolfe's SPIDER)
-            problem.gradients(theta[0], data, out=out)
-            out -= problem.gradients(theta[1], data)
-        else:
-            problem.gradients(theta, data, out=out)
+        answer(self.job.problem, plan, theta, data, out)
         if not np.isfinite(out).all():
             column = int(np.flatnonzero(~np.isfinite(out).all(axis=0))[0])
             what = "data point" if plan.inputs == DATA else "gradient"
@@ -162,7 +133,7 @@ class Shard:
                                  f"holds {value_class(out[:, column])}")
         return out
 
-    def _record_chunks(self, plan: RoundPlan, problem, theta: np.ndarray, users: slice | np.ndarray, block: int):
+    def _record_chunks(self, plan: RoundPlan, theta: np.ndarray, users: slice | np.ndarray, block: int):
         """_input_chunks for users holding several records: the records each uses (all, or
         plan.records_per_round of them drawn from the round's and block's stream), then one
         input per record (record level) or per user, the mean of its records' (in record
@@ -179,7 +150,7 @@ class Shard:
         if plan.per_record:
             for low in range(0, records.size, self._step):
                 high = min(low + self._step, records.size)
-                yield self._compute(plan, problem, theta, self.data[:, records[low:high]],
+                yield self._compute(plan, theta, self.data[:, records[low:high]],
                                     self._buffer[: self.dim * (high - low)].reshape(self.dim, high - low),
                                     lambda: positions[owner[low:high]])
             return
@@ -187,7 +158,7 @@ class Shard:
         for low in range(0, positions.size, self._step):
             high = min(low + self._step, positions.size)
             first, stop = starts[low], starts[high]
-            inputs = self._compute(plan, problem, theta, self.data[:, records[first:stop]],
+            inputs = self._compute(plan, theta, self.data[:, records[first:stop]],
                                    np.empty((self.dim, stop - first)), lambda: positions[owner[first:stop]])
             out = self._buffer[: self.dim * (high - low)].reshape(self.dim, high - low)
             np.add.reduceat(inputs, starts[low:high] - first, axis=1, out=out)

@@ -7,7 +7,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pipeline.optimizers.base import Optimizer
+from pipeline.optimizers.base import STATE_FUNCTIONS, CompiledUpdate, Optimizer
+from pipeline.twins import keeps_twin
 
 
 class AveragedState(NamedTuple):
@@ -41,3 +42,6 @@ class AveragedProjectedDescent(Optimizer):
     def output(self, state: AveragedState) -> np.ndarray:
         # After t steps the released average is over θ_0..θ_{t−1}.
         return state.theta_sum / state.steps if state.steps else state.theta
+
+    def compiled_update(self) -> CompiledUpdate | None:
+        return CompiledUpdate("AVERAGED", self.step_size) if keeps_twin(self, "compiled_update", STATE_FUNCTIONS) else None

@@ -13,18 +13,72 @@ import bisect
 import functools
 import math
 import dataclasses
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
 from pipeline.options import Option
 from pipeline.problems.base import Problem
+from pipeline.problems.smoothed import MoreauSmoothed
 from pipeline.protocols.base import DATA, GRADIENTS, PRIVACY_MODELS, RoundPlan
 
 # What a RoundGroup passes on to each of its rounds' plans unchanged.
 _PLAN_FIELDS = tuple(field.name for field in dataclasses.fields(RoundPlan)
                      if field.name not in ("round", "first_user", "stop_user", "inputs"))
 OVERRIDES = ("rounds", "batch_size", "step_size")  # optimizer.<override> fields every optimizer may take
+
+
+def gradient_problem(problem: Problem, smoothing: float) -> Problem:
+    """The problem whose gradients users send in a group: the run's, or with smoothing β > 0 (a
+    phased reduction's phase) the envelope ℓ_β of its unsmoothed loss (seed 000, Lemma 4.6)."""
+    return problem if smoothing == 0 else MoreauSmoothed(problem.unsmoothed, smoothing)
+
+
+def answer(problem: Problem, plan: RoundPlan, query: np.ndarray, data: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """What some users send in a round, into `out` (d, users): their data points (plan.inputs
+    DATA), or their gradients at the query (`Optimizer.query`), of the group's problem
+    (`gradient_problem`); at a (2, d) query, the difference of their gradients at its two
+    points (Frank–Wolfe's SPIDER, pipeline.optimizers.frank_wolfe).
+
+    Args:
+      problem: the run's problem.
+      plan: the round.
+      query: the optimizer's query point(s).
+      data: the users' points, (data_dim, users).
+      out: (d, users).
+
+    Returns:
+      out.
+    """
+    if plan.inputs == DATA:
+        np.copyto(out, data)
+        return out
+    problem = gradient_problem(problem, plan.smoothing)
+    if query.ndim == 2:
+        problem.gradients(query[0], data, out=out)
+        out -= problem.gradients(query[1], data)
+        return out
+    return problem.gradients(query, data, out=out)
+
+
+# The state functions a compiled update reproduces (Optimizer.compiled_update): a subclass that
+# overrides one of them keeps numpy (pipeline.twins.keeps_twin).
+STATE_FUNCTIONS = ("init", "start", "query", "update", "output")
+
+
+class CompiledUpdate(NamedTuple):
+    """An optimizer's update as the compiled rounds take it (pipeline.engine.fused_kernel._advance).
+
+    Attributes:
+      rule: the kernel's rule: "AVERAGED" (state (θ, Σθ, t)), "ACSA" ((θ, θ^ag, t)) or "LAST" ((θ, t)).
+      rate: the rule's constant: η (AVERAGED, LAST) or L_t·(t + 1) (ACSA).
+      second: whether the state holds a second vector.
+    """
+
+    rule: str
+    rate: float
+    second: bool = True
+
 
 @dataclasses.dataclass(frozen=True)
 class RoundGroup:
@@ -347,3 +401,21 @@ class Optimizer(abc.ABC):
     def theory_rate(self) -> float:
         """The excess-loss rate of the theorem this optimizer implements, its
         hidden constant taken as 1 (see pipeline.optimizers.theory)."""
+
+    def compiled_update(self) -> CompiledUpdate | None:
+        """This optimizer's update for the compiled rounds, or None: its rounds run in numpy. A
+        class that returns one promises that the kernel's rule reproduces its query, update and
+        output bit for bit, and guards its subclasses with pipeline.twins.keeps_twin."""
+        return None
+
+    def steppers(self) -> tuple["Optimizer", ...]:
+        """The optimizers whose updates the rounds apply (a phased reduction's phases, in turn)."""
+        return (self,)
+
+    def stepping(self, state: Any) -> tuple["Optimizer", Any]:
+        """The optimizer whose update the next round applies, and its state."""
+        return self, state
+
+    def advanced(self, state: Any, inner: Any, rounds: int) -> Any:
+        """The state after `rounds` more rounds of `stepping`'s optimizer, which left its state at `inner`."""
+        return inner

@@ -19,6 +19,7 @@ from pipeline.optimizers.full_gd import FullGD, FullGDSmoothed
 from pipeline.optimizers.seq_agd import PAPER, AcsaState, SeqAGD, SeqAGDSmoothed
 from pipeline.problems.base import Problem
 from pipeline.problems.smoothed import MoreauSmoothed
+from pipeline.twins import keeps_twin
 
 
 def phase_count(n_users: int) -> int:
@@ -146,6 +147,14 @@ class _PhasedReduction(Optimizer):
 
     def output(self, state: PhasedState) -> np.ndarray:
         return self.phases[state.phase].output(state.inner)
+
+    def steppers(self) -> tuple[Optimizer, ...]:
+        """The phases, whose updates the rounds apply in turn (`stepping`, `advanced`): unless a
+        subclass changes how a round steps, then itself (and its rounds run in numpy)."""
+        return self.phases if keeps_twin(self, "steppers", ("init", "start", "query", "update", "output")) else (self,)
+
+    def stepping(self, state: PhasedState) -> tuple[Optimizer, Any]:
+        return self.phases[state.phase], state.inner
 
     def hyperparameters(self) -> dict[str, float | int]:
         return {"phases": len(self.phases), "phase_users": self.phases[0].n_users,

@@ -11,10 +11,11 @@ from pipeline import accounting as privacy  # submodules load on first use: shar
 from pipeline.accounting.compositions import FINAL_ITERATE
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
-from pipeline.optimizers.base import Optimizer, RoundGroup, Schedule
+from pipeline.optimizers.base import STATE_FUNCTIONS, CompiledUpdate, Optimizer, RoundGroup, Schedule
 from pipeline.optimizers.sampled_sgd import LastIterateState
 from pipeline.problems.base import Problem
 from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE
+from pipeline.twins import keeps_twin
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,3 +109,7 @@ class PNSGD(Optimizer):
 
     def hyperparameters(self) -> dict[str, float | int]:
         return {"rounds": self.n_users, "batch_size": 1, "step_size": self.step_size, "sigma": self.sigma}
+
+    def compiled_update(self) -> CompiledUpdate | None:
+        kept = keeps_twin(self, "compiled_update", STATE_FUNCTIONS)
+        return CompiledUpdate("LAST", self.step_size, second=False) if kept else None

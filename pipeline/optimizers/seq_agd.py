@@ -10,9 +10,11 @@ import numpy as np
 from pipeline.accounting.compositions import SEQUENTIAL
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
-from pipeline.optimizers.base import Optimizer, RoundGroup, Schedule, best_batch_size, protocol_mean_mse
+from pipeline.optimizers.base import (STATE_FUNCTIONS, CompiledUpdate, Optimizer, RoundGroup, Schedule, best_batch_size,
+                                      protocol_mean_mse)
 from pipeline.problems.base import Problem
 from pipeline.problems.smoothed import MoreauSmoothed, require_prox
+from pipeline.twins import keeps_twin
 
 PAPER, CALIBRATED = "paper", "calibrated"
 PARAMETER_MODES = (PAPER, CALIBRATED)
@@ -172,6 +174,10 @@ class SeqAGD(Optimizer):
 
     def output(self, state: AcsaState) -> np.ndarray:
         return state.theta_ag
+
+    def compiled_update(self) -> CompiledUpdate | None:
+        kept = keeps_twin(self, "compiled_update", (*STATE_FUNCTIONS, "curvature", "curvature_scale"))
+        return CompiledUpdate("ACSA", self.curvature_scale) if kept else None
 
     def theory_rate(self) -> float:
         return theory.seq_agd_rate(self.problem, self.n_users, self.epsilon, self.delta)

@@ -9,7 +9,13 @@ from typing import ClassVar
 
 import numpy as np
 
+from pipeline.problems.compiled import ENVELOPE, SIGN, CompiledProblem, finite
 from pipeline.problems.finite import FiniteBallProblem, finite_support
+from pipeline.twins import keeps_twin
+
+# What the compiled twins reproduce (compiled_problem, compiled_envelope, draw_compiled): a
+# subclass overriding one keeps numpy; Elastic states its own twins.
+REPRODUCED = ("sample", "gradients", "losses", "project", "population_loss", "excess_loss")
 
 
 def coordinate_minimizers(support: np.ndarray, weights: np.ndarray, lam: float) -> np.ndarray:
@@ -139,3 +145,11 @@ class Absolute(FiniteBallProblem):
     def prox(self, theta: np.ndarray, data: np.ndarray, step: float) -> np.ndarray:
         gap = theta[:, None] - data
         return data + np.sign(gap) * np.maximum(np.abs(gap) - step, 0.0)
+
+    def compiled_problem(self) -> CompiledProblem | None:
+        return finite(self, SIGN) if keeps_twin(self, "compiled_problem", REPRODUCED) else None
+
+    def compiled_envelope(self, beta: float) -> CompiledProblem | None:
+        """prox with step s = 1/β: soft-thresholding of θ by s toward each x."""
+        kept = keeps_twin(self, "compiled_envelope", (*REPRODUCED, "prox"))
+        return finite(self, ENVELOPE, beta=beta, threshold=1.0 / beta) if kept else None

@@ -263,6 +263,29 @@ class Problem(abc.ABC):
         """Rows of a user's data point: d, or more for labelled data (features, then the label)."""
         return self.dim
 
+    def compiled_problem(self) -> Any | None:
+        """The constants of this problem's compiled twin (pipeline.problems.compiled.CompiledProblem),
+        or None: its rounds run in numpy. A class that returns one promises that the kernel
+        reproduces its gradients, losses and user draws bit for bit (`draw_compiled`), and
+        guards its subclasses with pipeline.twins.keeps_twin."""
+        return None
+
+    def compiled_envelope(self, beta: float) -> Any | None:
+        """The compiled twin of this problem's Moreau envelope with smoothing β
+        (pipeline.problems.smoothed), or None."""
+        return None
+
+    def draw_compiled(self, kernel: Any, state: np.ndarray, out: np.ndarray, tape: np.ndarray) -> None:
+        """`sample`'s draw, bit for bit, in compiled code, for problems with a compiled twin.
+
+        Args:
+          kernel: pipeline.engine.fused_kernel (passed in: problems load no numba).
+          state: the block's generator as the kernel's state words.
+          out: the users' data, (dim, count), written in place.
+          tape: a uint64 buffer of raw draws.
+        """
+        raise NotImplementedError(f"{self.name} has no compiled draw")
+
     @property
     def unsmoothed(self) -> "Problem":
         """The problem whose loss runs are measured on: itself, unless this is a smoothed stand-in."""

@@ -10,6 +10,11 @@ import numpy as np
 
 from pipeline.numerics import ordered_dot
 from pipeline.problems.base import Problem, ball_projection, squared_norm
+from pipeline.problems.compiled import CompiledProblem, centred
+from pipeline.twins import keeps_twin
+
+# What the compiled twin reproduces (compiled_problem, draw_compiled): a subclass overriding one keeps numpy.
+_REPRODUCED = ("sample", "gradients", "project", "population_loss", "excess_loss")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,3 +87,10 @@ class Bernoulli(Problem):
     def excess_loss(self, theta: np.ndarray) -> float:
         gap = theta - self.optimum
         return 0.5 * squared_norm(gap)
+
+    def compiled_problem(self) -> CompiledProblem | None:
+        return centred(self, self.variance) if keeps_twin(self, "compiled_problem", _REPRODUCED) else None
+
+    def draw_compiled(self, kernel, state: np.ndarray, out: np.ndarray, tape: np.ndarray) -> None:
+        """The block's bits, uniform < μ_j (fused_kernel.bernoulli_users)."""
+        kernel.bernoulli_users(state, out, tape, np.asarray(self.optimum, np.float64))

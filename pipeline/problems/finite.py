@@ -84,6 +84,13 @@ class FiniteBallProblem(Problem):
     def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
         return sample_support(rng, count, self.support, self.weights)
 
+    def draw_compiled(self, kernel, state: np.ndarray, out: np.ndarray, tape: np.ndarray) -> None:
+        """sample_support's choice, bit for bit (fused_kernel.finite_users: numpy's choice takes
+        cumsum / its last as the cdf)."""
+        cdf = np.cumsum(self.weights)
+        cdf /= cdf[-1]
+        kernel.finite_users(state, out, tape, cdf, np.ascontiguousarray(self.support), np.empty(tape.size, np.int64))
+
     def project(self, theta: np.ndarray) -> np.ndarray:
         return ball_projection(theta, self.radius)
 

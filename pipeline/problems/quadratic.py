@@ -9,6 +9,11 @@ import numpy as np
 
 from pipeline.numerics import column_norms
 from pipeline.problems.base import Problem, ball_projection, squared_norm
+from pipeline.problems.compiled import CompiledProblem, centred
+from pipeline.twins import keeps_twin
+
+# What the compiled twin reproduces (compiled_problem, draw_compiled): a subclass overriding one keeps numpy.
+_REPRODUCED = ("sample", "from_normals", "gradients", "project", "population_loss", "excess_loss")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,3 +100,11 @@ class Quadratic(Problem):
     def excess_loss(self, theta: np.ndarray) -> float:
         gap = theta - self.optimum
         return 0.5 * squared_norm(gap)
+
+    def compiled_problem(self) -> CompiledProblem | None:
+        return centred(self, 0.5 * self.spread**2) if keeps_twin(self, "compiled_problem", _REPRODUCED) else None
+
+    def draw_compiled(self, kernel, state: np.ndarray, out: np.ndarray, tape: np.ndarray) -> None:
+        """from_normals of the block's normals, drawn in bulk with numpy's ziggurat (fused_kernel.quadratic_users)."""
+        kernel.quadratic_users(state, out, tape, self.spread, np.asarray(self.optimum, np.float64),
+                               np.empty(out.shape[1]))

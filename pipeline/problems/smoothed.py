@@ -7,6 +7,8 @@ import numpy as np
 
 from pipeline.errors import ConfigError
 from pipeline.problems.base import Problem
+from pipeline.problems.compiled import CompiledProblem
+from pipeline.twins import keeps_twin
 
 
 def require_prox(problem: Problem, optimizer_name: str) -> None:
@@ -20,12 +22,6 @@ def require_prox(problem: Problem, optimizer_name: str) -> None:
     except NotImplementedError:
         raise ConfigError("optimizer.name", optimizer_name,
                           f"needs a closed-form prox; problem {problem.name} has none") from None
-
-
-def gradient_problem(problem: Problem, smoothing: float) -> Problem:
-    """The problem whose gradients users send in a group: the run's, or with smoothing β > 0 (a
-    phased reduction's phase) the envelope ℓ_β of its unsmoothed loss."""
-    return problem if smoothing == 0 else MoreauSmoothed(problem.unsmoothed, smoothing)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,3 +103,8 @@ class MoreauSmoothed(Problem):
 
     def constants(self) -> dict[str, float]:
         return {**self.base.constants(), "beta_smoothing": self.beta}
+
+    def compiled_problem(self) -> CompiledProblem | None:
+        """The base's compiled envelope (Problem.compiled_envelope), if it has one."""
+        kept = keeps_twin(self, "compiled_problem", ("sample", "gradients", "project", "population_loss", "excess_loss"))
+        return self.base.compiled_envelope(self.beta) if kept else None

@@ -323,6 +323,12 @@ class Protocol(abc.ABC):
         """Buffers a shard reuses across chunks of at most `users` users (None: none needed)."""
         return None
 
+    def plans_per_budget(self) -> bool:
+        """Whether this protocol's plan depends on the round's budget alone (Protocol.planned's
+        key), so that one round plans a whole group of equal rounds. False unless a class says
+        so: a plug-in may read the round or its users."""
+        return False
+
     def fused_encoding(self, params: Any) -> tuple | None:
         """The constants of a call's compiled twin (pipeline.engine.fused; for fully
         interactive rounds, pipeline.engine.fused_interactive), or None: the engine runs the

@@ -31,6 +31,7 @@ from pipeline.accounting import pvec_tight
 from pipeline.numerics import column_norms
 from pipeline.protocols.base import PlanError, Protocol
 from pipeline.protocols.sampling import MAX_TRIALS_PER_DRAW, binomial_above_floor, noise_sampler, split_mean
+from pipeline.twins import keeps_twin
 
 # The exact sampler keeps 256·g in 32 bits (see _rounded_sum).
 MAX_PRECISION = 2**24 - 1
@@ -594,10 +595,13 @@ class CjmpVec(Protocol):
     def workspace(self, users: int, dim: int) -> RoundingWorkspace:
         return RoundingWorkspace(users, dim)
 
+    def plans_per_budget(self) -> bool:
+        return keeps_twin(self, "plans_per_budget", ("plan", "planned"))
+
     def fused_encoding(self, params: PvecParams) -> FusedEncoding | None:
         """The call's constants for the compiled twin; None for a subclass that changes what it
         reproduces, robust mode, or a call outside its integer range (one exact binomial draw)."""
-        if any(getattr(type(self), name) is not getattr(CjmpVec, name) for name in _TWINNED):
+        if not keeps_twin(self, "fused_encoding", _TWINNED):
             return None
         trials = params.users * params.b_noise
         if params.g > MAX_PRECISION or params.honest_users is not None or trials > MAX_TRIALS_PER_DRAW:

@@ -19,6 +19,7 @@ from pipeline import accounting as privacy  # submodules load on first use: shar
 from pipeline.options import Option, integer
 from pipeline.protocols import girgis
 from pipeline.protocols.base import BINARY, DATA, PlanError, Protocol
+from pipeline.twins import keeps_twin
 
 _BUDGET_RANGE = (1e-3, 64.0)  # local budgets v searched; above 64 the flip probability is below 1e-28
 
@@ -171,12 +172,15 @@ class GirgisProtocol(Protocol):
             return np.zeros(call.randomizer.dim)
         return girgis.decode(call.randomizer, statistic.counts)
 
+    def plans_per_budget(self) -> bool:
+        return keeps_twin(self, "plans_per_budget", ("plan", "planned"))
+
     def fused_encoding(self, call: GirgisCall) -> GirgisEncoding | None:
         """The call's constants for the compiled twin: linf, l2 and l1 calls of every user at
         user level; None for binary, sampling, record level, or a subclass that changes what
         the twin reproduces."""
         randomizer = call.randomizer
-        if any(getattr(type(self), name) is not getattr(GirgisProtocol, name) for name in _TWINNED):
+        if not keeps_twin(self, "fused_encoding", _TWINNED):
             return None
         if randomizer.kind not in FUSED_KINDS or call.sampling != "all" or call.record_messages:
             return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Iterable, NamedTuple
+from typing import ClassVar, Iterable, NamedTuple
 
 import numpy as np
 import scipy  # submodules load on first use (scipy.stats alone costs 0.5 s per process)
@@ -23,6 +23,10 @@ import scipy  # submodules load on first use (scipy.stats alone costs 0.5 s per 
 from pipeline import accounting as privacy  # submodules load on first use: shards never import dp_accounting
 from pipeline.numerics import column_dots, column_norms
 from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE, GAUSSIAN_SUM, NOISY_MAX, PlanError, Protocol
+from pipeline.twins import keeps_twin
+
+# What the compiled twin reproduces (fused_encoding): a subclass overriding one keeps numpy.
+_REPRODUCED = ("plan", "planned", "encode_block", "finish", "decode", "released_count")
 
 ALL, UNIFORM, POISSON = "all", "uniform", "poisson"
 SAMPLINGS = (ALL, UNIFORM, POISSON)
@@ -204,6 +208,9 @@ class SumProtocol(Protocol):
 
     capabilities = frozenset({FIXED_NOISE})
     supports_sampling = True
+    # The compiled twin's noise (fused_kernel.rounds_sum): "none", "user" (each user adds σz),
+    # "central" (the analyzer adds σz) or "local" (Duchi et al.'s reports); None: no twin.
+    compiled_noise: ClassVar[str | None] = None
 
     def plan(self, round_plan, dim: int) -> SumParams:
         """The parameters of one round's call (noise calibrated to the round's budget).
@@ -282,23 +289,26 @@ class SumProtocol(Protocol):
         """The estimate of Σ_i x_i (every protocol here is unbiased on the ball)."""
         return statistic.total
 
-    def fused_encoding(self, params: SumParams) -> FusedSum | None:
-        """The call's constants for the compiled twin: exactly `none`, `central_gaussian`,
-        `shuffle_gaussian` or `local_l2` (a subclass, another sum protocol or a plug-in keeps the
-        Python path), every user of the call answering (no sampling)."""
-        if type(self) not in (ExactSum, CentralGaussian, ShuffleGaussian, LocalL2) or params.sampling != ALL:
-            return None
-        local = type(self) is LocalL2
-        return FusedSum(params.norm_bound, params.quantum, type(self) is ShuffleGaussian,
-                        type(self) is CentralGaussian, params.sigma, local,
-                        duchi_agreement(params.epsilon0) if local else 0.0, params.report_norm)
+    def plans_per_budget(self) -> bool:
+        return keeps_twin(self, "plans_per_budget", ("plan", "planned"))
 
+    def fused_encoding(self, params: SumParams) -> FusedSum | None:
+        """The call's constants for the compiled twin, for a class that states its `compiled_noise`
+        (`none`, `central_gaussian`, `shuffle_gaussian`, `local_l2`) and a subclass that keeps
+        what the twin reproduces, every user of the call answering (no sampling)."""
+        noise = self.compiled_noise
+        if noise is None or not keeps_twin(self, "compiled_noise", _REPRODUCED) or params.sampling != ALL:
+            return None
+        local = noise == "local"
+        return FusedSum(params.norm_bound, params.quantum, noise == "user", noise == "central", params.sigma, local,
+                        duchi_agreement(params.epsilon0) if local else 0.0, params.report_norm)
 
 
 class ExactSum(SumProtocol):
     """No privacy: the exact sum (the non-private baseline)."""
 
     name = "none"
+    compiled_noise = "none"
     model = "none"
     supports_audit = False
     audit_refusal = "it is not private (its ledger spends ε = ∞): there is no claim to audit"
@@ -323,6 +333,7 @@ class CentralGaussian(SumProtocol):
     """
 
     name = "central_gaussian"
+    compiled_noise = "central"
     model = "central"
     capabilities = frozenset({FIXED_NOISE, GAUSSIAN_SUM, CENTRAL_GAUSSIAN_NOISE})
 
@@ -350,6 +361,7 @@ class ShuffleGaussian(SumProtocol):
     the sum of the users' noises."""
 
     name = "shuffle_gaussian"
+    compiled_noise = "user"
     model = "shuffle"
     capabilities = frozenset({FIXED_NOISE, GAUSSIAN_SUM})
 
@@ -397,6 +409,7 @@ class LocalL2(SumProtocol):
     """Duchi, Jordan, Wainwright's ε0-LDP ℓ2 randomizer, unshuffled (the local baseline)."""
 
     name = "local_l2"
+    compiled_noise = "local"
     model = "local"
     supports_sampling = False  # a sampled local report has no amplification accounted here
 
