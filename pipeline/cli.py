@@ -125,7 +125,7 @@ def _report(args: argparse.Namespace) -> int:
     from pipeline import report
     from pipeline.tracking import MlflowTracker
 
-    files = report.build_report(args.dir)
+    files = report.build_report(args.dir, say=lambda line: print(line, file=sys.stderr))
     uri, experiment = report.tracking_of(args.dir)
     mlflow_run_id = MlflowTracker(uri, experiment).log_report(files[0].parent)
     for path in files:

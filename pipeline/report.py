@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from typing import Callable
 from pathlib import Path
 
 import matplotlib
@@ -159,7 +160,9 @@ def _compare(runs: pd.DataFrame, axes) -> None:
     axes.bar(positions, summary["loss"], yerr=summary["spread"].fillna(0.0), color="tab:blue", label="measured")
     for column, marker in (("central", "v"), ("local", "^"), ("nonprivate", "o")):
         axes.scatter(positions, summary[column], marker=marker, zorder=3, label=f"{column} rate")
-    axes.set_xticks(positions, [_label(r, runs).replace(" ", "\n") for _, r in summary.iterrows()], fontsize=7)
+    # Slanted, one line each: side by side, several configurations' labels overlapped.
+    axes.set_xticks(positions, [_label(r, runs) for _, r in summary.iterrows()], fontsize=7, rotation=25,
+                    ha="right", rotation_mode="anchor")
     axes.set(yscale="log", ylabel="final excess loss", title="Optimizers compared (error bars: std over seeds)")
     axes.legend(fontsize=7)
 
@@ -327,15 +330,25 @@ def _accuracy_vs_epsilon(runs: pd.DataFrame):
     return figure, summary
 
 
-def build_report(out: str | Path) -> list[Path]:
+def skipped_figures(runs: pd.DataFrame) -> dict[str, str]:
+    """The figures the report leaves out because their axis does not vary, with why."""
+    skipped = {}
+    if runs.groupby(_series_keys(runs), dropna=False)["n_users"].nunique().max() < 2:
+        skipped["excess_vs_n"] = ("every series has one n (a grid over n_users, e.g. grid: {n_users: [10000, "
+                                  "100000]}, draws the loss against n and fits slopes.csv)")
+    return skipped
+
+
+def build_report(out: str | Path, say: Callable[[str], None] = lambda line: None) -> list[Path]:
     """Draws the report's figures into OUT/report/ (a local folder), or into ./report/ where
     OUT is a URI (figures are drawn locally; the MLflow report run carries them anywhere).
 
     Args:
       out: a results folder: a path, or a URI pipeline.results.load reads.
+      say: told which figure is left out and why (`skipped_figures`).
 
     Returns:
-      The files written (PNG figures, slopes.csv, and on datasets with held-out
+      The files written (PNG figures, slopes.csv where n varies, and on datasets with held-out
       records accuracy_vs_epsilon.png and accuracy.csv: `accuracy_summary`, one panel
       per unit of privacy when the runs vary privacy.unit; on datasets
       privacy_by_source.csv: what each table spent over its runs, `results.privacy_by_source`).
@@ -348,6 +361,10 @@ def build_report(out: str | Path) -> list[Path]:
     folder.mkdir(exist_ok=True)
     written = []
     slopes = None
+    skipped = skipped_figures(runs)
+    for name, why in skipped.items():
+        (folder / f"{name}.png").unlink(missing_ok=True)  # an earlier report's, of fewer or other runs
+        say(f"skipped {name}.png: {why}")
     for name, draw in (("excess_vs_round", lambda ax: _excess_vs_round(runs, rounds, ax)),
                        ("excess_vs_n", lambda ax: _excess_vs_n(runs, ax)),
                        ("epsilon_vs_round", lambda ax: _epsilon_vs_round(runs, rounds, ax)),
@@ -356,6 +373,8 @@ def build_report(out: str | Path) -> list[Path]:
                          if runs.get("privacy.protocol", pd.Series(dtype=str)).nunique() > 1 else []),
                        *([("accuracy_vs_epsilon", None)]
                          if runs.get("final_test_accuracy", pd.Series(dtype=float)).notna().any() else [])):
+        if name in skipped:
+            continue
         if name == "accuracy_vs_epsilon":  # draws its own panels: one per unit of privacy
             figure, result = _accuracy_vs_epsilon(runs)
             result.to_csv(folder / "accuracy.csv", index=False)
@@ -370,8 +389,9 @@ def build_report(out: str | Path) -> list[Path]:
         figure.savefig(path, dpi=110)
         plt.close(figure)
         written.append(path)
-    slopes.to_csv(folder / "slopes.csv", index=False)
-    written.append(folder / "slopes.csv")
+    if slopes is not None:
+        slopes.to_csv(folder / "slopes.csv", index=False)
+        written.append(folder / "slopes.csv")
     from pipeline import results
 
     spent = results.privacy_by_source(runs)

@@ -2,6 +2,7 @@
 completed ones, execute the rest, and record them in MLflow and Parquet."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import time
@@ -12,7 +13,7 @@ from pipeline import engine
 from pipeline.config import RunConfig
 from pipeline.errors import LeaseLost
 from pipeline.interrupts import Interrupts, bounded
-from pipeline.planning import PlannedRun, plan_all
+from pipeline.planning import PlannedRun, plan_all, plan_run
 from pipeline.progress import RunProgress, progress_bar
 from pipeline.recording import NOT_STARTED, error_line, fail_run, now, record_run, start_run
 
@@ -93,6 +94,10 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
     first = runs[0]
     store.check_writable()
     store.check_readable()
+    executor = engine.executor(first["execution.backend"], RunProgress(say))
+    # Which Ray (a cluster only if RAY_ADDRESS names it), started before anything is written: one
+    # that cannot start or be reached is one line (ray_pool.ensure_ray).
+    say(engine.describe_backend(first["execution.backend"]))
     tracker = MlflowTracker(first["tracking.mlflow_uri"], first["experiment"])
     store.lock()  # creates the folder: the first write
     finished = store.finished_runs()  # under the lock: no other run writes it now
@@ -107,10 +112,35 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
             done.add(item.config.run_id)  # a repeated run in the grid runs once
     if summary.skipped:
         say(f"{len(summary.skipped)} runs already finished, skipped")
-    executor = engine.executor(first["execution.backend"], RunProgress(say))
-    say(engine.describe_backend(first["execution.backend"]))  # which Ray: a cluster only if RAY_ADDRESS names it
+    _compile_first(todo, say)
     _Grid(tracker, store, executor, summary, say).run(todo)
     return summary
+
+
+# Users of the small runs that compile the kernels before a grid (_compile_first).
+WARM_USERS = 600
+
+
+def _compile_first(todo: list[PlannedRun], say: Callable[[str], None]) -> None:
+    """Compiles the fused rounds' kernels that the runs call, here and before them, when numba's
+    cache holds none of the current source (a fresh install, an edit): said first, then a small
+    run of each distinct (problem, optimizer, protocol, accounting) on the local backend, about
+    15 s, after which the shard processes load the cache instead of each compiling while its
+    run's progress counts rounds. A small run that cannot be planned is left out (its run
+    compiles as before), as is a kernel the warm cache lacks (compiled in its run)."""
+    needing = {tuple(item.config[field] for field in ("problem.name", "optimizer.name", "privacy.protocol",
+                                                      "privacy.accounting")): item.config
+               for item in todo if engine.compiles(item.job)}
+    if not needing or engine.kernels_cached():
+        return
+    say("compiling the fused rounds' kernels: once per install (numba caches them), about 15 s on 2 cores")
+    began = time.perf_counter()
+    for config in needing.values():
+        small = RunConfig({**config.values, "n_users": WARM_USERS, "execution.backend": "local", "execution.shards": 1},
+                          config.seed)
+        with contextlib.suppress(Exception):
+            engine.execute(plan_run(small).job, "local", 1)
+    say(f"kernels compiled in {time.perf_counter() - began:.0f} s")
 
 
 class _Grid:

@@ -133,7 +133,7 @@ def _submit(cluster: dict, out: str, *, wait: bool = True) -> subprocess.Complet
     while True:
         submitted = subprocess.run(
             [str(BIN / "ray"), "job", "submit", *([] if wait else ["--no-wait"]), "--working-dir", str(ROOT), "--",
-             "python", "-m", "pipeline", "run", "experiments/quickstart.yaml", "--set", "n_users=200000",
+             "python", "-m", "pipeline", "run", "experiments/quickstart.yaml", "--set", "grid.n_users=[200000]",
              "--set", "grid.privacy.accounting=[tight]", "--set", "grid.privacy.epsilon=[8]",
              "--out", out, "--set", f"tracking.mlflow_uri={cluster['mlflow']}"],
             cwd=ROOT, env={**cluster["env"], "RAY_ADDRESS": cluster["dashboard"]},

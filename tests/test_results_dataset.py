@@ -68,8 +68,11 @@ def test_a_grid_records_into_s3_resumes_there_and_loads_back(tmp_path, s3, new_m
     # The report reads the object store too, and draws its figures locally, into ./report/.
     capsys.readouterr()
     assert cli.main(["report", out]) == 0
-    printed = capsys.readouterr().out
-    assert str(tmp_path / "report" / "excess_vs_n.png") in printed and not (tmp_path / "s3:").exists()
+    printed = capsys.readouterr()
+    assert str(tmp_path / "report" / "excess_vs_round.png") in printed.out and not (tmp_path / "s3:").exists()
+    # One n in this grid: the loss-against-n figure and its slopes are left out, and the report says why.
+    assert printed.err.startswith("skipped excess_vs_n.png: every series has one n")
+    assert not (tmp_path / "report" / "excess_vs_n.png").exists() and not (tmp_path / "report" / "slopes.csv").exists()
 
 
 @pytest.mark.parametrize("out, rule", [

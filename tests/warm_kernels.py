@@ -8,9 +8,7 @@ Usage: python tests/warm_kernels.py PART PARTS (this process runs the jobs PART,
 """
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 
 from pipeline import config, engine, planning
 
@@ -29,13 +27,9 @@ JOBS = (
 
 
 def cached() -> bool:
-    """Whether numba's cache holds the kernels of the current source: the index of the first
-    kernel JOBS reach exists and is newer than fused_kernel.py (an edit makes numba recompile,
-    and Ray actors compiling for seconds time out a compiled graph's first round)."""
-    engine_folder = Path(__file__).resolve().parents[1] / "pipeline" / "engine"
-    folder = Path(os.environ.get("NUMBA_CACHE_DIR") or engine_folder)
-    source = (engine_folder / "fused_kernel.py").stat().st_mtime
-    return any(index.stat().st_mtime > source for index in folder.rglob("fused_kernel.rounds_pvec-*.nbi"))
+    """Whether numba's cache holds kernels of the current source (engine.kernels_cached: an edit
+    makes numba recompile, and Ray actors compiling for seconds time out a compiled graph's first round)."""
+    return engine.kernels_cached()
 
 
 def warm(part: int, parts: int) -> None:

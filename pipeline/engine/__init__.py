@@ -8,6 +8,7 @@ from typing import Any, Callable
 from pipeline.engine.job import EXACT, LITERAL, SIMULATIONS, RunJob
 from pipeline.engine.rounds import COLUMNS as ROUND_COLUMNS, RoundRecord, RoundRecords
 from pipeline.engine.job import drawn_per_block
+from pipeline.engine.fused import compiles, kernels_cached
 
 BACKENDS = ("ray", "local")
 
@@ -106,4 +107,4 @@ def execute(job: RunJob, backend: str, shards: int,
 
 
 __all__ = ["BACKENDS", "EXACT", "LITERAL", "SIMULATIONS", "LocalExecutor", "ROUND_COLUMNS", "RoundRecord", "RoundRecords", "RunJob",
-           "describe_backend", "drawn_per_block", "execute", "executor"]
+           "compiles", "describe_backend", "drawn_per_block", "execute", "executor", "kernels_cached"]

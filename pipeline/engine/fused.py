@@ -21,9 +21,11 @@ by its rounds (timing each round inside the compiled loop would slow it).
 """
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -68,6 +70,24 @@ def fusable(job: Any) -> bool:
     return plain and schedule.inputs == GRADIENTS and all(
         job.protocol.fused_encoding(job.protocol.planned(schedule.plan(first), job.problem.dim)) is not None
         for first in schedule.group_starts)
+
+
+def compiles(job: Any) -> bool:
+    """Whether a job's rounds call the compiled kernels: its carried rounds (`fusable`), or a
+    fully interactive round's share where the shards hold single records of a problem with a
+    compiled twin in exact mode (pipeline.engine.fused_interactive)."""
+    held = job.records.one_each and not job.problem.reads_rows and not drawn_per_block(job)
+    return fusable(job) or (held and job.simulation == "exact" and job.problem.compiled_problem() is not None)
+
+
+def kernels_cached() -> bool:
+    """Whether numba's cache (pipeline/engine/__pycache__, or $NUMBA_CACHE_DIR) holds kernels of
+    the current fused_kernel.py: an index file newer than it (an edit, or a fresh install, makes
+    numba compile again: about 15 s of a core). A file check: numba is not loaded."""
+    engine_folder = Path(__file__).resolve().parent
+    folder = Path(os.environ.get("NUMBA_CACHE_DIR") or engine_folder)
+    source = (engine_folder / "fused_kernel.py").stat().st_mtime
+    return any(index.stat().st_mtime > source for index in folder.rglob("fused_kernel.*.nbi"))
 
 
 # Raw outputs drawn a tape at a time: small enough to stay in the core's first cache.

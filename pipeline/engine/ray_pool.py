@@ -2,9 +2,11 @@
 O(d) statistics (or, in literal mode, shuffled messages) gathered."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
+import socket
 import sys
 import time
 import types
@@ -18,6 +20,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from pipeline.engine.job import EXACT, RunJob
 from pipeline.engine.pool import ShardPool
 from pipeline.engine.shard import Shard
+from pipeline.errors import ConfigError
+from pipeline.uris import first_line
 
 
 
@@ -73,13 +77,54 @@ def ray_address() -> str:
     return os.environ.get("RAY_ADDRESS", "").strip() or LOCAL
 
 
+# Seconds to wait for a cluster's GCS port before calling it unreachable (ray.init itself
+# waits minutes for an address nobody answers, and then hangs).
+PROBE_S = 5.0
+
+
+def _unreachable(address: str, seconds: float = PROBE_S) -> str | None:
+    """Why a cluster address's GCS port refuses a TCP connection, or None (it answers, or the
+    address is one Ray resolves itself: "auto", a name without a port)."""
+    host, colon, port = address.removeprefix("ray://").rpartition(":")
+    if not colon or not port.isdigit():
+        return None
+    try:
+        socket.create_connection((host, int(port)), timeout=seconds).close()
+    except OSError as error:
+        return f"nothing answers at {host}:{port} within {seconds:g} s ({type(error).__name__})"
+    return None
+
+
+def _no_ray(address: str, cause: str) -> ConfigError:
+    """The one line for a Ray that could not start, or a cluster that could not be reached."""
+    if address == LOCAL:
+        return ConfigError("execution.backend", "ray", f"a local Ray instance could not start: {cause}; run with "
+                           "execution.backend: local, or set RAY_ADDRESS to a running Ray cluster")
+    return ConfigError("RAY_ADDRESS", address, f"the Ray cluster could not be reached: {cause}; start it or correct "
+                       "RAY_ADDRESS, or unset it and run with execution.backend: local")
+
+
 def ensure_ray() -> None:
     """Starts or joins the Ray of ray_address(), once per process; a Ray the
-    process already has (a notebook's, the tests') is used as it is."""
+    process already has (a notebook's, the tests') is used as it is.
+
+    Raises:
+      ConfigError: Ray could not start (a local instance) or be reached (RAY_ADDRESS), one line
+        naming the two ways out.
+    """
     global _joined
     if not ray.is_initialized():
         address = ray_address()
-        ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR, configure_logging=True)
+        cause = None if address == LOCAL else _unreachable(address)
+        if cause is None:
+            try:
+                ray.init(address=address, include_dashboard=False, logging_level=logging.ERROR, configure_logging=True)
+            except Exception as error:  # a start that timed out (under load), a cluster that refused the driver
+                cause = f"{type(error).__name__}: {first_line(error)}"
+                with contextlib.suppress(Exception):
+                    ray.shutdown()
+        if cause is not None:
+            raise _no_ray(address, cause)
         _joined = (address, ray.get_runtime_context().gcs_address)
 
 
