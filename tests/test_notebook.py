@@ -1,6 +1,7 @@
 """experiments/analysis.ipynb runs on a results folder and agrees with the report."""
 from __future__ import annotations
 
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -51,6 +52,12 @@ def test_notebook_reproduces_the_reports_slopes(tmp_path, monkeypatch, new_mlflo
     printed = "".join(output.get("text", "") for output in notebook.cells[1].outputs)
     assert printed.strip() == f"{len(runs)} finished runs, {len(rounds)} rounds"
     assert (kernel_folder / "notebook_outputs" / "excess_vs_n.png").read_bytes()[:4] == b"\x89PNG"
+    # Shown inline too (Jupyter's own backend: the notebook forces none), and written only where
+    # .gitignore covers (experiments/notebook_outputs/ of the repository).
+    assert any("image/png" in output.get("data", {}) for output in notebook.cells[5].outputs)
+    ignored = subprocess.run(["git", "check-ignore", "-q", "experiments/notebook_outputs/excess_vs_n.png"],
+                             cwd=Path(__file__).resolve().parents[1])
+    assert ignored.returncode == 0
     # The notebook's slopes equal the report's.
     mine = pd.read_csv(kernel_folder / "notebook_outputs" / "slopes.csv")
     report = pd.read_csv(out / "report" / "slopes.csv")
