@@ -88,33 +88,55 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
     """run_grid's work, with the folder's lock released by the caller."""
     from pipeline.tracking import MlflowTracker
 
-    # Planning calibrates every protocol (a numerical search per round shape): say so.
-    say(f"planning {len(runs)} runs (protocol calibration and ledgers)")
-    planned = plan_all(runs, say)
     first = runs[0]
     store.check_writable()
     store.check_readable()
-    executor = engine.executor(first["execution.backend"], RunProgress(say))
-    # Which Ray (a cluster only if RAY_ADDRESS names it), started before anything is written: one
-    # that cannot start or be reached is one line (ray_pool.ensure_ray).
-    say(engine.describe_backend(first["execution.backend"]))
+    # A rerun skips before it plans: runs the folder holds as finished are not planned again (the
+    # folder is read again under the lock, where no other driver writes, for what to skip).
+    planned = _planned(runs, set(store.finished_runs()), say)
+    executor = None
+    if planned:
+        executor = engine.executor(first["execution.backend"], RunProgress(say))
+        # Which Ray (a cluster only if RAY_ADDRESS names it), started before anything is written: one
+        # that cannot start or be reached is one line (ray_pool.ensure_ray).
+        say(engine.describe_backend(first["execution.backend"]))
     tracker = MlflowTracker(first["tracking.mlflow_uri"], first["experiment"])
     store.lock()  # creates the folder: the first write
     finished = store.finished_runs()  # under the lock: no other run writes it now
     tracker.reconcile(store.shown, finished)  # MLflow runs a killed process left RUNNING
     summary = GridSummary(folder=store.shown, tables=store.table_addresses(), experiment_id=tracker.experiment_id)
+    missing = [run for run in runs if run.run_id not in finished and run.run_id not in planned]
+    planned.update(_planned(missing, set(), say))  # finished when first read, and no longer (moved aside)
     done, todo = set(finished), []
-    for item in planned:
-        if item.config.run_id in done:
-            summary.skipped.append(item.config.run_id)
+    for run in runs:
+        if run.run_id in done:
+            summary.skipped.append(run.run_id)
         else:
-            todo.append(item)
-            done.add(item.config.run_id)  # a repeated run in the grid runs once
+            todo.append(planned[run.run_id])
+            done.add(run.run_id)  # a repeated run in the grid runs once
     if summary.skipped:
         say(f"{len(summary.skipped)} runs already finished, skipped")
-    _compile_first(todo, say)
-    _Grid(tracker, store, executor, summary, say).run(todo)
+    if todo:
+        executor = executor or engine.executor(first["execution.backend"], RunProgress(say))
+        _compile_first(todo, say)
+        _Grid(tracker, store, executor, summary, say).run(todo)
+    elif executor is not None:
+        bounded(executor.close)
     return summary
+
+
+def _planned(runs: list[RunConfig], finished: set[str], say: Callable[[str], None]) -> dict[str, PlannedRun]:
+    """The runs not in `finished`, planned (each distinct run once), by run id.
+
+    Raises:
+      ConfigError: the first rule a run breaks.
+    """
+    pending = list({run.run_id: run for run in runs if run.run_id not in finished}.values())
+    if not pending:
+        return {}
+    # Planning calibrates every protocol (a numerical search per round shape): say so.
+    say(f"planning {len(pending)} runs (protocol calibration and ledgers)")
+    return {item.config.run_id: item for item in plan_all(pending, say)}
 
 
 # Users of the small runs that compile the kernels before a grid (_compile_first).

@@ -132,3 +132,29 @@ def test_an_interrupt_while_a_run_is_recorded_waits_for_the_record_and_leaves_no
     statuses = [r.info.status for r in MlflowClient(store).search_runs(
         [MlflowClient(store).get_experiment_by_name("grid").experiment_id])]
     assert statuses == ["FINISHED"]
+
+
+def test_a_rerun_skips_before_it_plans_and_starts_no_backend(tmp_path, new_mlflow_store, monkeypatch, capsys):
+    """Issue 43: the finished runs are read from the results folder first and never planned again;
+    a grid with nothing left to run starts no executor (no Ray); a new seed plans that run alone."""
+    from pipeline import planning
+
+    path = _config(tmp_path)
+    args = ["run", str(path), "--out", str(tmp_path / "out"), "--set", "execution.backend=local",
+            "--set", "seeds=[0]", "--set", f"tracking.mlflow_uri={new_mlflow_store(tmp_path / 'm.db')}"]
+    assert cli.main(args) == 0
+    capsys.readouterr()
+    planned, real_plan_run = [], planning.plan_run
+    monkeypatch.setattr(planning, "plan_run", lambda run: planned.append(run.run_id) or real_plan_run(run))
+
+    def no_executor(*args, **kwargs):
+        raise AssertionError("an executor started for a finished grid")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(engine, "executor", no_executor)
+        assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert planned == [] and "planning" not in out and "4 runs: 0 finished, 4 skipped, 0 failed" in out
+    assert cli.main([*args, "--set", "seeds=[0, 1]"]) == 0  # the later --set wins
+    assert len(planned) == 4 and all(run_id.endswith("-s1") for run_id in planned)
+    assert "8 runs: 4 finished, 4 skipped, 0 failed" in capsys.readouterr().out
