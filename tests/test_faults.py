@@ -144,6 +144,7 @@ def _fake_ray(monkeypatch, initialized: bool) -> list[dict]:
     monkeypatch.setattr(ray_pool.ray, "cluster_resources", lambda: {"CPU": 2.0})
     monkeypatch.setattr(ray_pool.ray, "get_runtime_context", lambda: SimpleNamespace(gcs_address="127.0.0.1:6379"))
     monkeypatch.setattr(ray_pool, "_joined", None)
+    monkeypatch.setattr(ray_pool, "_unreachable", lambda address: None)  # the cluster's port answers
     return calls
 
 
