@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from interrupted_grid import GRID  # tests/interrupted_grid.py
-from pipeline import cli, config, engine, results, runner
+from pipeline import cli, config, engine, planning, results, runner
 
 
 def _config(tmp_path, text=GRID):
@@ -20,9 +20,17 @@ def _config(tmp_path, text=GRID):
     return path
 
 
-def test_concurrent_ray_grid_matches_the_local_backend(ray_session, tmp_path, new_mlflow_store):
-    """The grid's four runs of seed 0 (twelve Ray processes: a run task and two shard actors
-    each, on two CPUs) give the local backend's run ids and results, bit for bit."""
+@pytest.mark.parametrize("placement", ["shard actors", "one task"])
+def test_concurrent_ray_grid_matches_the_local_backend(ray_session, tmp_path, new_mlflow_store, monkeypatch, placement):
+    """The grid's four runs of seed 0 give the local backend's run ids and results, bit for bit,
+    on shard actors (twelve Ray processes: a run task and two shard actors each, on two CPUs)
+    and, as these small runs go by default (ray_pool.in_one_task), each in one task."""
+    from pipeline.engine import ray_pool
+
+    if placement == "shard actors":
+        monkeypatch.setattr(ray_pool, "TASK_WORK", 0)
+    assert all(ray_pool.in_one_task(planning.plan_run(run).job) == (placement == "one task")
+               for run in config.expand(config.read_config(_config(tmp_path), ["seeds=[0]"])))
     path = _config(tmp_path)
     results = {}
     for backend in ("ray", "local"):

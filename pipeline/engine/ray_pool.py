@@ -18,6 +18,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from pipeline.engine.job import EXACT, RunJob
+from pipeline.engine.local import LocalPool
 from pipeline.engine.pool import ShardPool
 from pipeline.engine.shard import Shard
 from pipeline.errors import ConfigError
@@ -297,20 +298,36 @@ class RayPool(ShardPool):
         remove_placement_group(self._group)
 
 
+# A run whose users send fewer user-coordinates than this, over all its rounds, and hold fewer,
+# runs in its own task, its shards as objects there (pipeline.engine.local: the same results),
+# instead of on shard actors of its own: starting them took 1.3–2.2 s of a run whose compute
+# takes milliseconds. 2²² is about a second of numpy. SHUFFLE_SCO_TASK_WORK sets it (0: always actors).
+TASK_WORK = int(os.environ.get("SHUFFLE_SCO_TASK_WORK", 2**22))
+
+
+def in_one_task(job: RunJob) -> bool:
+    """Whether a run is small enough to run in one task (TASK_WORK), not on shard actors."""
+    sent = sum(group.rounds * group.users for group in job.schedule.groups)
+    held = job.n_users * job.records.mean
+    return max(sent, held) * job.problem.data_dim <= TASK_WORK
+
+
 @ray.remote(num_cpus=0, max_retries=0)  # a failed run is redone by a rerun, not behind the driver's back
-def _execute(job: RunJob, shards: int, key=None, progress: Queue | None = None):
-    """A whole run as one task; its shard actors hold the CPUs.
+def _execute(job: RunJob, shards: int, key=None, progress: Queue | None = None, in_task: bool = False):
+    """A whole run as one task: its shard actors hold the CPUs, or with `in_task` its shards are
+    objects in the task (which then asks for a CPU itself: submit).
 
     Args:
       job, shards: the run.
       key: the run's key, sent with its progress.
       progress: where (key, rounds done, rounds, seconds) go, about once a second.
+      in_task: the run's shards live in this task (`in_one_task`, decided by the driver).
 
     Returns:
       (state, records, seconds), the seconds counted from when the run's
       shards were placed (queueing behind other runs is not the run's time).
     """
-    pool = RayPool(job, shards)
+    pool = (LocalPool if in_task else RayPool)(job, shards)
     began = time.perf_counter()
     told = None if progress is None else _BestEffort(
         lambda done, total: progress.put_nowait((key, done, total, time.perf_counter() - began)))
@@ -362,8 +379,13 @@ class RayExecutor:
         return max(2, int(ray.cluster_resources().get("CPU", 1)))
 
     def submit(self, key, job: RunJob, shards: int) -> None:
+        """Starts a run: in a task of one CPU if it is small (`in_one_task`), else on shard actors
+        (the task itself holds no CPU: its actors do). Either way Ray packs the grid's runs onto
+        the cluster's nodes by the CPUs they ask for."""
         ship_plugins(job)
-        self._pending[_execute.remote(job, shards, key, self._queue)] = key
+        in_task = in_one_task(job)
+        task = _execute.options(num_cpus=1 if in_task else 0)
+        self._pending[task.remote(job, shards, key, self._queue, in_task)] = key
 
     def next_done(self):
         """Waits for a run: (key, (state, records, seconds)) or (key, the exception); meanwhile
