@@ -74,11 +74,30 @@ def test_the_separate_process_sees_a_reported_spend_below_the_events_and_a_misse
     assert rederive(merged)["same"] is False
 
 
+def test_a_ledger_checked_once_is_answered_again_without_composing_it_and_a_changed_one_is_not():
+    """Issue 43: a grid point's seeds write the same ledger; the separate process answers it again
+    from what it gave (a dict lookup), while a ledger that differs in any value is composed anew."""
+    written = json.loads(json.dumps(_planned("seq_sgd/cjmp_vec/tight/quadratic/n2000-d3-eps1").ledger.to_dict()))
+    checker = Rederiver()
+    try:
+        first = checker(written)
+        again = checker(json.loads(json.dumps(written)))
+        lowered = json.loads(json.dumps(written))
+        lowered["accounting"]["tight"]["epsilon"] *= 0.999
+        changed = checker(lowered)
+    finally:
+        checker.close()
+    assert first.pop("answered_before") is False and again.pop("answered_before") is True
+    assert first == again == verdict(written) and first["same"] is True
+    assert changed["same"] is False and changed["answered_before"] is False
+
+
 def test_a_plugin_event_is_not_rebuilt_and_says_why():
     written = json.loads(json.dumps(_planned("full_gd/shuffle_gaussian/tight/absolute/n500-d3-eps1/rounds=5").ledger.to_dict()))
     written["events"][0]["mechanism"] = "MyPluginMechanism"
-    assert rederive(written) == {"error": "UnsupportedEventError: the ledger's 'MyPluginMechanism' events are "
-                                          "not this package's"}
+    answer = rederive(written)
+    answer.pop("answered_before")
+    assert answer == {"error": "UnsupportedEventError: the ledger's 'MyPluginMechanism' events are not this package's"}
 
 
 PATCHES = {

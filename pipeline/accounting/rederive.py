@@ -149,11 +149,21 @@ atexit.register(rederive.close)
 
 
 def main(answer_fd: int) -> None:
-    """Answers each question on stdin ({"nonce", "ledger"}) with "nonce verdict-JSON" on `answer_fd`."""
+    """Answers each question on stdin ({"nonce", "ledger"}) with "nonce verdict-JSON" on `answer_fd`.
+
+    A verdict is a function of the ledger's JSON alone, so one already given is given again without
+    composing the ledger again (a grid point's seeds write the same ledger), its answer marked
+    `answered_before`: kept here, in the process no plug-in reaches, by the JSON's canonical text.
+    """
+    given: dict[str, dict] = {}
     with os.fdopen(answer_fd, "w") as answers:
         for line in sys.stdin:
             question = json.loads(line)
-            answers.write(f"{question['nonce']} {json.dumps(verdict(question['ledger']))}\n")
+            key = json.dumps(question["ledger"], sort_keys=True)
+            before = key in given
+            if not before:
+                given[key] = verdict(question["ledger"])
+            answers.write(f"{question['nonce']} {json.dumps({**given[key], 'answered_before': before})}\n")
             answers.flush()
 
 
