@@ -192,9 +192,9 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
 
     run, job = planned.config, planned.job
     ledger = ledger_of_groups(job, _call_runs(records))
-    ledger_json = ledger.to_dict()
-    if ledger_json != planned.ledger.to_dict():
+    if not ledger.same_calls(planned.ledger):  # the events compared: the ledger is composed once, below
         raise RuntimeError("the executed rounds differ from the planned ledger")
+    ledger_json = ledger.to_dict()
     with waiting():
         _check_rederived(planned, ledger, ledger_json)
     measured = _measured_columns(job, records)

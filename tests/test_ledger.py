@@ -8,6 +8,7 @@ import math
 import attr
 import pytest
 
+from pipeline import config, planning
 from pipeline.accounting import FULLY_INTERACTIVE, SEQUENTIAL, LedgerError, PrivacyLedger
 from pipeline.accounting.ledger import paper_bound
 from pipeline.accounting.paper import advanced_composition, full_gd_round_budget, pvec_analysis_bound
@@ -195,3 +196,33 @@ def test_the_planned_ledger_is_the_same_whether_a_calls_parameters_hash_or_not()
     wrapped = planning.ledger_of(unhashable, [(r, first, stop, [params]) for r, first, stop, params in records])
     assert len(records) > len({params for *_, params in records}) > 1  # 23 rounds, 5 distinct calls
     assert planning.ledger_of(job, records).to_dict() == wrapped.to_dict() == planned.ledger.to_dict()
+
+
+def _tiny(epsilon: float, accounting: str = "tight"):
+    tree = {"experiment": "same", "problem": {"name": "quadratic", "dim": 3, "radius": 1.0}, "n_users": 2000,
+            "optimizer": {"name": "seq_sgd"}, "privacy": {"epsilon": epsilon, "delta": 1e-6, "accounting": accounting},
+            "execution": {"backend": "local", "shards": 1}}
+    return planning.plan_run(config.expand(tree)[0])
+
+
+def test_same_calls_holds_exactly_when_the_ledgers_write_the_same_json():
+    """PrivacyLedger.same_calls, which record_run checks instead of composing both ledgers."""
+    first, again, other, paper = _tiny(2.0), _tiny(2.0), _tiny(2.5), _tiny(2.0, "paper")
+    assert first.ledger.same_calls(again.ledger) and first.ledger.to_dict() == again.ledger.to_dict()
+    for different in (other, paper):
+        assert not first.ledger.same_calls(different.ledger)
+        assert first.ledger.to_dict() != different.ledger.to_dict()
+
+
+def test_a_run_whose_executed_calls_differ_from_its_plan_is_refused_before_anything_is_written():
+    from pipeline import engine, recording
+
+    planned, other = _tiny(2.0), _tiny(2.5)
+    _, records = engine.execute(other.job, "local", 1)
+
+    class Untouchable:
+        def __getattr__(self, name):
+            raise AssertionError(f"a sink was written: {name}")
+
+    with pytest.raises(RuntimeError, match="the executed rounds differ from the planned ledger"):
+        recording.record_run(planned, records, 0.1, "attempt", recording.now(), Untouchable(), Untouchable())

@@ -149,6 +149,15 @@ class PrivacyLedger:
         """Rounds recorded so far."""
         return self._rounds
 
+    def _state(self) -> tuple:
+        return (self.composition, self.accounting, self.unit, self.target, self.slack, self.release, self.final_round,
+                self._rounds, self._entries)
+
+    def same_calls(self, other: "PrivacyLedger") -> bool:
+        """Whether two ledgers hold the same calls under the same rules, so that they compose, and
+        write (`to_dict`), the same: a comparison of the events, without composing either."""
+        return self._state() == other._state()
+
     def record(self, round_index: int, first_user: int, stop_user: int, event: PvecDpEvent) -> None:
         """Records one round's call (P_vec, a companion event, or a plug-in's event).
 
