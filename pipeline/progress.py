@@ -1,6 +1,8 @@
 """Progress lines: a grid's bar with its ETA, a long run's rounds and rate, planning's count."""
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from typing import Callable
 
@@ -13,18 +15,24 @@ RUN_NOTE_S = 5.0
 PLANNING_NOTE_S = 5.0
 
 
+# Seconds of recording a run (its ledger re-derived, MLflow, Parquet) before it says so.
+RECORD_NOTE_S = 2.0
+
+
 def clock(seconds: float) -> str:
     """mm:ss, or --:-- for an unknown time."""
     return "--:--" if seconds != seconds else f"{int(seconds // 60):02d}:{int(seconds % 60):02d}"
 
 
 def progress_bar(done: int, total: int, failed: int, elapsed: float) -> str:
-    """A text progress bar with an ETA from the mean time per run so far."""
+    """A text progress bar with the rate so far (runs a second) and the ETA it gives."""
     width = 24
     filled = width * done // max(total, 1)
-    eta = elapsed / done * (total - done) if done else float("nan")
-    return (f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} ({failed} failed) elapsed {clock(elapsed)} "
-            f"ETA {clock(eta)}")
+    rate = done / elapsed if done and elapsed > 0 else float("nan")
+    eta = (total - done) / rate if rate > 0 else float("nan")
+    shown = "--" if rate != rate else f"{rate:.3g}"
+    return (f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} ({failed} failed) elapsed {clock(elapsed)}, "
+            f"{shown}/s, ETA {clock(eta)}")
 
 
 class RunProgress:
@@ -47,6 +55,18 @@ class RunProgress:
         eta = (total - done) / rate if rate > 0 else float("nan")
         self.say(f"  {run_id}: round {done:,} of {total:,} ({done / total:.0%}), {rate:,.0f} rounds/s, "
                  f"ETA {clock(eta)}")
+
+
+@contextlib.contextmanager
+def noted_if_long(line: str, say: Callable[[str], None], seconds: float | None = None):
+    """A block that says `line` if it is still running after `seconds` (RECORD_NOTE_S)."""
+    timer = threading.Timer(RECORD_NOTE_S if seconds is None else seconds, say, [line])
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def noted(items: list, work: Callable, what: str, say: Callable[[str], None]) -> list:

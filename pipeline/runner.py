@@ -14,7 +14,7 @@ from pipeline.config import RunConfig
 from pipeline.errors import LeaseLost
 from pipeline.interrupts import Interrupts, bounded
 from pipeline.planning import PlannedRun, plan_all, plan_run
-from pipeline.progress import RunProgress, progress_bar
+from pipeline.progress import RunProgress, noted_if_long, progress_bar
 from pipeline.recording import NOT_STARTED, error_line, fail_run, now, record_run, start_run
 
 if TYPE_CHECKING:
@@ -244,8 +244,10 @@ class _Grid:
             if isinstance(outcome, BaseException):
                 raise outcome
             _, records, wall_s = outcome
-            row = record_run(item, records, wall_s, mlflow_run_id, started_at, self.tracker, self.store,
-                             interrupts.raising_new)
+            with noted_if_long(f"  {run_id}: rounds done; recording it (its ledger re-derived in a separate process, "
+                               "then MLflow and Parquet)", self.say):
+                row = record_run(item, records, wall_s, mlflow_run_id, started_at, self.tracker, self.store,
+                                 interrupts.raising_new)
             del self.started[run_id]
             self.summary.finished.append(row)
             config = item.config

@@ -55,6 +55,22 @@ def test_a_long_run_says_how_far_it_got_through_the_public_command(tmp_path, cap
     assert int(first[2].replace(",", "")) < 10_000
 
 
+def test_a_long_recording_says_so(tmp_path, capsys, monkeypatch, new_mlflow_store):
+    """Issue 44: recording (the ledger's separate check, MLflow, Parquet) that lasts says so,
+    instead of a silence after the last round's ETA."""
+    monkeypatch.setattr(progress, "RECORD_NOTE_S", 0.0)
+    config = tmp_path / "one.yaml"
+    config.write_text("problem: {name: quadratic, dim: 3}\nn_users: 2000\noptimizer: {name: seq_sgd}\n"
+                      "privacy: {epsilon: 2.0, delta: 1.0e-5}\nexecution: {backend: local}\n"
+                      f"tracking: {{mlflow_uri: '{new_mlflow_store(tmp_path / 'mlflow.db')}', out: '{tmp_path / 'out'}'}}\n")
+    assert cli.main(["run", str(config)]) == 0
+    out = capsys.readouterr().out
+    recording = [line for line in out.splitlines() if line.endswith(": rounds done; recording it (its ledger "
+                                                                      "re-derived in a separate process, then MLflow "
+                                                                      "and Parquet)")]
+    assert len(recording) == 1 and out.index(recording[0]) < out.index("1/1 (0 failed)")
+
+
 def test_ray_runs_send_their_progress_to_the_driver(ray_session):
     """A run in a Ray task reports through the executor's queue while the driver waits."""
     told = []
@@ -94,3 +110,12 @@ def test_a_lost_progress_queue_fails_neither_the_run_nor_the_driver(ray_session,
     expected_state, expected = LocalPool(job, 1).run()
     assert np.array_equal(job.optimizer.output(state), job.optimizer.output(expected_state))
     assert not told and "progress notes stopped" in caplog.text
+
+
+def test_the_grid_bar_says_the_rate_and_the_eta_it_gives():
+    """Issue 43: runs a second, and an ETA of the runs left at that rate."""
+    from pipeline.progress import progress_bar
+
+    assert progress_bar(10, 40, 1, 5.0) == "[######..................] 10/40 (1 failed) elapsed 00:05, 2/s, ETA 00:15"
+    assert progress_bar(0, 40, 0, 3.0).endswith("elapsed 00:03, --/s, ETA --:--")
+    assert progress_bar(3, 3, 0, 90.0).endswith("3/3 (0 failed) elapsed 01:30, 0.0333/s, ETA 00:00")
