@@ -106,3 +106,23 @@ def test_long_names_are_bounded_and_stay_distinct():
     names = [r.display_name() for r in runs]
     assert all(len(n) <= config.NAME_LIMIT for n in names) and len(set(names)) == 2
     assert all(n.startswith("seq_sgd-xxx") and n.endswith("-n10-eps1-s3") for n in names)
+
+
+def test_runs_ended_on_a_tracking_server_print_no_genai_links(tmp_path, new_mlflow_store, monkeypatch, capsys):
+    """Issue 44: MLflow printed "View run … / View experiment …" after every run ended on a server
+    (RestStore), links that open its GenAI view; the tracker turns them off
+    (MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT) unless the user chose otherwise."""
+    from mlflow.store.tracking.rest_store import RestStore
+    from mlflow.tracking._tracking_service.client import TrackingServiceClient
+
+    monkeypatch.delenv("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", raising=False)
+    MlflowTracker(new_mlflow_store(tmp_path / "m.db"), "links")
+    server = RestStore(lambda: None)
+
+    def printing(*args, **kwargs):
+        raise AssertionError("MLflow went on to look up the run to print its links")
+
+    monkeypatch.setattr(server, "get_run", printing)
+    monkeypatch.setattr(TrackingServiceClient, "store", property(lambda self: server))
+    TrackingServiceClient("http://127.0.0.1:1")._log_url("a-run")  # what set_terminated calls
+    assert capsys.readouterr().out == ""

@@ -139,6 +139,10 @@ class MlflowTracker:
     def __init__(self, uri: str, experiment: str):
         logging.getLogger("mlflow").setLevel(logging.ERROR)
         logging.getLogger("alembic").setLevel(logging.ERROR)
+        # MLflow prints "View run … / View experiment …" links for every run ended on a tracking
+        # server, which open its GenAI view: the grid prints one address, of the classic runs
+        # table, at its end (tracking.experiment_address). A user who wants the links sets it false.
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         self.uri = uri
         database = sqlite_path(uri)
         if urlparse(uri).scheme in ("http", "https"):
