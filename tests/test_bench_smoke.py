@@ -12,7 +12,7 @@ QUOTED = {
     "composition": "composition_time_ratio_pld_vs_rdp", "shuffle_gaussian": "shuffle_gaussian_series_speedup",
     "protocols": "protocol_cjmp_vec_encode_vs_rng_ceiling", "startup": "startup_ledger_vs_numpy",
     "datasets": "dataset_read_vs_pyarrow_per_core", "read_per_core": "read_per_core_shuffled_vs_rows",
-    "audit": "audit_trials_per_s",
+    "audit": "audit_trials_per_s", "grid": "grid_local_vs_single_run",
 }
 
 

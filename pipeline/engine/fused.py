@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
