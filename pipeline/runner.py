@@ -1,5 +1,5 @@
-"""Runs a config: plan every run (refusing bad input before any work), skip
-completed ones, execute the rest, and record them in MLflow and Parquet."""
+"""Runs a config: skip the runs the results folder holds as finished, plan the rest
+(refusing bad input before any work), execute them, and record each in MLflow and Parquet."""
 from __future__ import annotations
 
 import contextlib
@@ -54,7 +54,7 @@ def execute_run(planned: PlannedRun, tracker: MlflowTracker, store: ParquetStore
 
 
 def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridSummary:
-    """Plans every run, then executes those not yet finished.
+    """Plans every run not yet finished, then executes them.
 
     On the Ray backend the grid's runs execute concurrently on the cluster
     (each reserves its shards' CPUs); the driver alone records them. An

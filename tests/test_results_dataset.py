@@ -65,6 +65,12 @@ def test_a_grid_records_into_s3_resumes_there_and_loads_back(tmp_path, s3, new_m
     assert (final.loc[runs["mlflow_run_id"]].to_numpy() == runs["final_excess_loss"].to_numpy()).all()
     by_glob, _ = results.load(f"s3://dataset/team/*?{s3['options']}")
     assert sorted(by_glob["mlflow_run_id"]) == sorted(runs["mlflow_run_id"])
+    # Plain pandas reads a table off the store too, through a pyarrow filesystem, as README's "Results" shows
+    # (the keys from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY).
+    endpoint = dict(option.split("=") for option in s3["options"].split("&"))["endpoint_override"]
+    store = pafs.S3FileSystem(endpoint_override=endpoint, scheme="http", region="us-east-1")
+    plain = pd.read_parquet("dataset/team/quick/runs.parquet", filesystem=store)
+    assert sorted(plain["mlflow_run_id"]) == sorted(runs["mlflow_run_id"])
     # The report reads the object store too, and draws its figures locally, into ./report/.
     capsys.readouterr()
     assert cli.main(["report", out]) == 0

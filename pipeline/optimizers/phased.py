@@ -14,7 +14,7 @@ from pipeline.accounting.compositions import PHASED, SEQUENTIAL
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.averaged import AveragedState
-from pipeline.optimizers.base import Optimizer, RoundGroup, Schedule
+from pipeline.optimizers.base import STATE_FUNCTIONS, Optimizer, RoundGroup, Schedule
 from pipeline.optimizers.full_gd import FullGD, FullGDSmoothed
 from pipeline.optimizers.seq_agd import PAPER, AcsaState, SeqAGD, SeqAGDSmoothed
 from pipeline.problems.base import Problem
@@ -151,7 +151,7 @@ class _PhasedReduction(Optimizer):
     def steppers(self) -> tuple[Optimizer, ...]:
         """The phases, whose updates the rounds apply in turn (`stepping`, `advanced`): unless a
         subclass changes how a round steps, then itself (and its rounds run in numpy)."""
-        return self.phases if keeps_twin(self, "steppers", ("init", "start", "query", "update", "output")) else (self,)
+        return self.phases if keeps_twin(self, "steppers", STATE_FUNCTIONS) else (self,)
 
     def stepping(self, state: PhasedState) -> tuple[Optimizer, Any]:
         return self.phases[state.phase], state.inner

@@ -21,6 +21,7 @@ import datetime
 import io
 import os
 import posixpath
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 import numpy as np
 import pandas as pd
@@ -119,6 +120,10 @@ def _part_name(run_id: str, attempt: str) -> str:
 NEEDED = {RUNS: ("run_id", "mlflow_run_id", "status"), ROUNDS: ("run_id", "round")}
 
 
+# Part files read at once (read_table).
+READ_THREADS = 16
+
+
 class DamagedTable(Exception):
     """A file of a table that cannot be read, or that is not one of this pipeline's tables.
 
@@ -147,17 +152,26 @@ def read_table(location: Location, path: str, name: str) -> pd.DataFrame:
       DamagedTable: the first file that is damaged, or lacks a column of NEEDED.
     """
     single = location.kind(path) == pa.fs.FileType.File
-    tables, files = [], [path] if single else location.files(path, ".parquet")
-    for file in files:
+    files = [path] if single else location.files(path, ".parquet")
+
+    def read(file: str) -> pa.Table | DamagedTable:
         try:
             table = pq.read_table(file, filesystem=location.filesystem)
         except Exception as err:  # pyarrow raises ArrowInvalid, OSError and more for a damaged file
             reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise DamagedTable(file, f"is damaged and cannot be read ({reason})") from None
+            return DamagedTable(file, f"is damaged and cannot be read ({reason})")
         missing = [column for column in NEEDED[name] if column not in table.column_names]
         if missing:
-            raise DamagedTable(file, f"lacks the column(s) {', '.join(missing)}, so it is not this pipeline's {name}")
-        tables.append(table)
+            return DamagedTable(file, f"lacks the column(s) {', '.join(missing)}, so it is not this pipeline's {name}")
+        return table
+
+    # The parts at once (pyarrow reads without the GIL; on an object store each is a request):
+    # a rerun of a 1,000-run grid read them one by one three times.
+    with ThreadPoolExecutor(READ_THREADS) as pool:
+        tables = list(pool.map(read, files))
+    damaged = next((table for table in tables if isinstance(table, DamagedTable)), None)
+    if damaged is not None:  # the first in the folder's order, as one by one
+        raise damaged
     if not tables:
         return pd.DataFrame()
     try:
@@ -313,14 +327,21 @@ class ParquetStore:
         if local is not None and any((local / name).exists() for name in _migration_leftovers()):
             raise ConfigError("tracking.out", self.shown, f"an interrupted `migrate` left it half converted: run "
                                                           f"`{MIGRATE_HINT} {self.shown}` again first")
-        for path in self.location.files(self._table_folder(ROUNDS)):
+        def unreadable(path: str) -> str | None:  # why its footer cannot be read, or None
             try:
                 pq.read_metadata(path, filesystem=self.location.filesystem)
             except Exception as err:  # pyarrow raises ArrowInvalid, OSError and more for a damaged file
-                reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            return None
+
+        paths = self.location.files(self._table_folder(ROUNDS))
+        with ThreadPoolExecutor(READ_THREADS) as pool:  # the footers at once, as read_table's parts
+            reasons = list(pool.map(unreadable, paths))
+        for path, reason in zip(paths, reasons):
+            if reason is not None:
                 raise ConfigError("tracking.out", self.shown, f"{ROUNDS}/{posixpath.basename(path)} is damaged and "
                                   f"cannot be read ({reason}): move it aside, and its runs part of the same name "
-                                  "(the run is then redone), then rerun") from None
+                                  "(the run is then redone), then rerun")
         self._read_parts(RUNS)
 
     def finished_runs(self) -> dict[str, str]:
