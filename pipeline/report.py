@@ -392,6 +392,8 @@ def build_report(out: str | Path, say: Callable[[str], None] = lambda line: None
     if slopes is not None:
         slopes.to_csv(folder / "slopes.csv", index=False)
         written.append(folder / "slopes.csv")
+    else:  # no n varies: an earlier report's slopes are of other runs
+        (folder / "slopes.csv").unlink(missing_ok=True)
     from pipeline import results
 
     spent = results.privacy_by_source(runs)
