@@ -114,7 +114,7 @@ def test_engine_imports_no_protocol_module():
 
 # The contracts the engine may name in the families' packages (DESIGN §2): the engine drives a
 # problem, optimizer or protocol through them and never names a particular one.
-FAMILY_CONTRACTS = {"problems": {"base", "compiled", "records"}, "optimizers": {"base"}, "protocols": {"base"}}
+FAMILY_CONTRACTS = {"problems": {"base"}, "optimizers": {"base"}, "protocols": {"base"}}
 COMPILING_MODULE = "pipeline/engine/fused_kernel.py"  # the one module that compiles (numba, llvmlite)
 
 
@@ -222,7 +222,7 @@ def test_each_rule_catches_a_planted_violation(rule, example, tmp_path, monkeypa
 
 @pytest.mark.parametrize("example", ["from pipeline.problems.quadratic import Quadratic\n",
                                      "from pipeline.optimizers import seq_agd\n", "import pipeline.protocols.cjmp\n",
-                                     "from pipeline import problems\n"])
+                                     "from pipeline import problems\n", "from pipeline.problems.records import ONE_EACH\n"])
 def test_the_engine_rule_catches_a_planted_family_member(example):
     _plant(PACKAGE / "engine" / "_planted_for_test.py", test_engine_names_no_particular_problem_optimizer_or_protocol,
            example)

@@ -70,7 +70,7 @@ class InteractiveRounds:
         stops = np.array([users.stop for _, users in slices], np.int64)
         counts = np.empty((blocks.size, theta.size), np.int64)
         kernel = getattr(self._kernel, _BLOCK_KERNELS[encoding.kernel])
-        # θ copied: a read-only query would compile the kernel anew (pipeline.problems.compiled.writeable)
+        # θ copied: a read-only query would compile the kernel anew (pipeline.problems.base.writeable)
         if not kernel(self._problem, np.array(theta, np.float64), shard.data, starts, stops, blocks, plan.round, self._key,
                       self._counter, self._state, chunk_users(theta.size), *encoding, counts):
             return None

@@ -3,7 +3,7 @@ Philox4x64-10 generator, its uniforms, 32-bit and bounded integers, normals and 
 sampler, bit for bit; the users of the quadratic, Bernoulli and finite-support problems
 drawn from it; one window of sequential rounds (P_SGD's averaged steps, P_AGD's AC-SA or
 PNSGD's last iterate) with P_vec, a sum protocol or Girgis's randomizers, on the gradients of
-a problem with a twin (pipeline.problems.compiled); and one fully interactive round's
+a problem with a twin (pipeline.problems.base.CompiledProblem); and one fully interactive round's
 P_vec or sum protocol over a shard's blocks, operation for operation as the Python path.
 
 Each step names the reference it reproduces. numba compiles at first use and caches the
@@ -29,7 +29,7 @@ from numba.cpython._binomial import make_binomial_btpe
 from numba.np.random._constants import fi_double, ki_double, wi_double, ziggurat_nor_inv_r, ziggurat_nor_r
 from numba.np.random.distributions import _binomial_btpe_squeeze
 
-from pipeline.problems.compiled import QUADRATIC, SIGN
+from pipeline.problems.base import QUADRATIC, SIGN
 
 
 # --- the generator ----------------------------------------------------------------------
@@ -492,7 +492,7 @@ def _gradients(problem, query, data, column, users, out, norms):
     """The problem's gradients of a chunk of users (data columns [column, column + users)) into
     `out` in (coordinate, user) order, and their norms, summed coordinate by coordinate
     (numerics.column_norms); False if a gradient is not finite (Shard._compute raises on it).
-    `problem` is pipeline.problems.compiled.CompiledProblem: Quadratic's θ − x, Absolute's sign(θ − x) plus
+    `problem` is pipeline.problems.base.CompiledProblem: Quadratic's θ − x, Absolute's sign(θ − x) plus
     Elastic's λθ, or the Moreau envelope's β(θ − prox(θ)) with the prox of Absolute or
     Elastic, each operation in the order numpy applies it to the (d, users) array.
     Row by row, without branches, so that the compiler vectorizes the loops (indexing the 2-d

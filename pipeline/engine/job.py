@@ -8,8 +8,7 @@ from pipeline.accounting.compositions import FINAL_ITERATE, SEQUENTIAL
 from pipeline.engine.evaluation import evaluation_rounds
 from pipeline.engine.layout import BlockLayout
 from pipeline.optimizers.base import Optimizer, Schedule, with_dropouts, with_records
-from pipeline.problems.base import Problem
-from pipeline.problems.records import ONE_EACH, RecordsPerUser
+from pipeline.problems.base import ONE_EACH, Problem, RecordsPerUser
 from pipeline.protocols.base import Protocol
 
 EXACT = "exact"

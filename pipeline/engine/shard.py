@@ -12,7 +12,7 @@ from pipeline.engine.layout import (DATA_STREAM, NOISE_STREAM, PERMUTE_STREAM, R
                                     ROUND_STREAM, SCATTER_STREAM, Streams, chunk_users, sampled_users, stream)
 from pipeline.engine.rounds import RoundRecords, execute_rounds
 from pipeline.errors import NonFiniteError, value_class
-from pipeline.problems.records import choose_records, offsets_of
+from pipeline.problems.base import choose_records, offsets_of
 from pipeline.optimizers.base import answer
 from pipeline.protocols.base import DATA, RoundPlan
 

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from pipeline.problems.compiled import ENVELOPE, SIGN, CompiledProblem, finite
+from pipeline.problems.base import ENVELOPE, SIGN, CompiledProblem, finite
 from pipeline.problems.finite import FiniteBallProblem, finite_support
 from pipeline.twins import keeps_twin
 

@@ -5,12 +5,15 @@ import abc
 import dataclasses
 import math
 import numbers
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
 from pipeline.errors import ConfigError, shown
 from pipeline.options import Option
+# How users hold records (one each, m, or a law of counts; the records a round uses) is part of the
+# problem contract: the engine reads it from here. Its machinery lives in records.py.
+from pipeline.problems.records import ONE_EACH, RecordsPerUser, choose_records, offsets_of  # noqa: F401
 
 
 def squared_norm(vector: np.ndarray) -> float:
@@ -24,6 +27,67 @@ def ball_projection(theta: np.ndarray, radius: float) -> np.ndarray:
     """The Euclidean projection onto {‖θ‖₂ ≤ radius}."""
     norm = math.sqrt(squared_norm(theta))
     return theta if norm <= radius else theta * (radius / norm)
+
+
+# --- The compiled twin's constants (Problem.compiled_problem) -----------------------------------
+# What the compiled rounds (pipeline.engine.fused_kernel) take of a problem: how a user's gradient
+# is made from its data point, and the released model's losses. A problem has a compiled twin
+# when these are a few float operations per user-coordinate that the kernel repeats in numpy's
+# order: the quadratic and the Bernoulli bits (θ − x), the absolute deviation and its elastic
+# variant (sign(θ − x) + λθ), and the Moreau envelope of either (β(θ − prox(θ)),
+# pipeline.problems.smoothed). Anything else (logistic: numpy's SIMD exp and log are not libm's;
+# a plug-in) has none and keeps the Python path. Nothing here loads numba: it only describes.
+
+# How the kernel makes a gradient g of a user's data point x at the query q (fused_kernel._gradients):
+QUADRATIC = 0  # g = q − x (Quadratic.gradients, Bernoulli.gradients)
+SIGN = 1       # g = sign(q − x) + λq (Absolute.gradients; Elastic's adds λq)
+ENVELOPE = 2   # g = β(q − p), p = x + sign(c − x)·max(|c − x| − t, 0), c = q/den (MoreauSmoothed of either)
+
+
+class CompiledProblem(NamedTuple):
+    """A problem's constants as the kernels take them (one tuple argument, `problem`).
+
+    Attributes:
+      kind: QUADRATIC, SIGN or ENVELOPE.
+      ridge: λ, Elastic's regularization (0 for the others): SIGN adds λq; the finite loss adds (λ/2)‖θ‖².
+      beta, denominator, threshold: ENVELOPE's β, den and t, computed as the Python prox computes them.
+      optimum: θ* (the excess ½‖θ − θ*‖² of the quadratic and of Bernoulli).
+      half_spread_squared: their population loss minus their excess (Bernoulli's variance).
+      support, weights: a finite problem's (d, K) points and their weights (K = 0 for the quadratic).
+      optimum_losses: ℓ(θ*, x_k) of every support point (the excess's reference).
+    """
+
+    kind: int
+    ridge: float
+    beta: float
+    denominator: float
+    threshold: float
+    optimum: np.ndarray
+    half_spread_squared: float
+    support: np.ndarray
+    weights: np.ndarray
+    optimum_losses: np.ndarray
+
+
+def writeable(values: np.ndarray) -> np.ndarray:
+    """A writeable C-ordered float64 copy: numba compiles a kernel anew for each combination of
+    read-only and writeable arrays it is called with (a problem's cached constants are read-only)."""
+    return np.array(values, np.float64, order="C")
+
+
+def centred(problem: Any, constant: float) -> CompiledProblem:
+    """A problem whose gradient is θ − x, excess ½‖θ − θ*‖² and population loss that plus `constant`."""
+    return CompiledProblem(QUADRATIC, 0.0, 0.0, 1.0, 0.0, writeable(problem.optimum), float(constant),
+                           np.empty((problem.dim, 0)), np.empty(0), np.empty(0))
+
+
+def finite(problem: Any, kind: int, ridge: float = 0.0, beta: float = 0.0, denominator: float = 1.0,
+           threshold: float = 0.0) -> CompiledProblem:
+    """A finite-support problem's constants (SIGN, or ENVELOPE of it): its losses are FiniteBallProblem's."""
+    optimum = writeable(problem.optimum)
+    return CompiledProblem(kind, float(ridge), float(beta), float(denominator), float(threshold), optimum, 0.0,
+                           writeable(problem.support), writeable(problem.weights),
+                           writeable(problem.losses(optimum, problem.support)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,14 +327,14 @@ class Problem(abc.ABC):
         """Rows of a user's data point: d, or more for labelled data (features, then the label)."""
         return self.dim
 
-    def compiled_problem(self) -> Any | None:
-        """The constants of this problem's compiled twin (pipeline.problems.compiled.CompiledProblem),
+    def compiled_problem(self) -> CompiledProblem | None:
+        """The constants of this problem's compiled twin (`CompiledProblem`),
         or None: its rounds run in numpy. A class that returns one promises that the kernel
         reproduces its gradients, losses and user draws bit for bit (`draw_compiled`), and
         guards its subclasses with pipeline.twins.keeps_twin."""
         return None
 
-    def compiled_envelope(self, beta: float) -> Any | None:
+    def compiled_envelope(self, beta: float) -> CompiledProblem | None:
         """The compiled twin of this problem's Moreau envelope with smoothing β
         (pipeline.problems.smoothed), or None."""
         return None

@@ -10,7 +10,7 @@ import numpy as np
 
 from pipeline.numerics import ordered_dot
 from pipeline.problems.absolute import REPRODUCED, Absolute
-from pipeline.problems.compiled import ENVELOPE, SIGN, CompiledProblem, finite
+from pipeline.problems.base import ENVELOPE, SIGN, CompiledProblem, finite
 from pipeline.twins import keeps_twin
 
 

@@ -8,8 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from pipeline.numerics import column_norms
-from pipeline.problems.base import Problem, ball_projection, squared_norm
-from pipeline.problems.compiled import CompiledProblem, centred
+from pipeline.problems.base import CompiledProblem, Problem, ball_projection, centred, squared_norm
 from pipeline.twins import keeps_twin
 
 # What the compiled twin reproduces (compiled_problem, draw_compiled): a subclass overriding one keeps numpy.

@@ -6,8 +6,7 @@ import dataclasses
 import numpy as np
 
 from pipeline.errors import ConfigError
-from pipeline.problems.base import Problem
-from pipeline.problems.compiled import CompiledProblem
+from pipeline.problems.base import CompiledProblem, Problem
 from pipeline.twins import keeps_twin
 
 
