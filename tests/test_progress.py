@@ -40,14 +40,20 @@ def test_carried_rounds_in_short_trips_are_bit_identical_and_report_progress(mon
     assert 768 in done
 
 
+def _local_seq_sgd(tmp_path, new_mlflow_store, n_users: int, options: str = "") -> str:
+    """A one-run local seq_sgd config on the quadratic (d = 3), its store and results in tmp_path."""
+    config = tmp_path / "run.yaml"
+    config.write_text(f"problem: {{name: quadratic, dim: 3}}\nn_users: {n_users}\n"
+                      f"optimizer: {{name: seq_sgd{', ' + options if options else ''}}}\n"
+                      "privacy: {epsilon: 2.0, delta: 1.0e-5}\nexecution: {backend: local}\n"
+                      f"tracking: {{mlflow_uri: '{new_mlflow_store(tmp_path / 'mlflow.db')}', out: '{tmp_path / 'out'}'}}\n")
+    return str(config)
+
+
 def test_a_long_run_says_how_far_it_got_through_the_public_command(tmp_path, capsys, monkeypatch, new_mlflow_store):
     monkeypatch.setattr(pool, "PROGRESS_S", 0.0)
     monkeypatch.setattr(progress, "RUN_NOTE_S", 0.0)
-    config = tmp_path / "long.yaml"
-    config.write_text("problem: {name: quadratic, dim: 3}\nn_users: 20000\noptimizer: {name: seq_sgd, batch_size: 2}\n"
-                      "privacy: {epsilon: 2.0, delta: 1.0e-5}\nexecution: {backend: local}\n"
-                      f"tracking: {{mlflow_uri: '{new_mlflow_store(tmp_path / 'mlflow.db')}', out: '{tmp_path / 'out'}'}}\n")
-    assert cli.main(["run", str(config)]) == 0
+    assert cli.main(["run", _local_seq_sgd(tmp_path, new_mlflow_store, 20000, "batch_size: 2")]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if " of 10,000 (" in line]
     assert lines, "no progress line"
     first = lines[0].split()
@@ -59,11 +65,7 @@ def test_a_long_recording_says_so(tmp_path, capsys, monkeypatch, new_mlflow_stor
     """Issue 44: recording (the ledger's separate check, MLflow, Parquet) that lasts says so,
     instead of a silence after the last round's ETA."""
     monkeypatch.setattr(progress, "RECORD_NOTE_S", 0.0)
-    config = tmp_path / "one.yaml"
-    config.write_text("problem: {name: quadratic, dim: 3}\nn_users: 2000\noptimizer: {name: seq_sgd}\n"
-                      "privacy: {epsilon: 2.0, delta: 1.0e-5}\nexecution: {backend: local}\n"
-                      f"tracking: {{mlflow_uri: '{new_mlflow_store(tmp_path / 'mlflow.db')}', out: '{tmp_path / 'out'}'}}\n")
-    assert cli.main(["run", str(config)]) == 0
+    assert cli.main(["run", _local_seq_sgd(tmp_path, new_mlflow_store, 2000)]) == 0
     out = capsys.readouterr().out
     recording = [line for line in out.splitlines() if line.endswith(": rounds done; recording it (its ledger "
                                                                       "re-derived in a separate process, then MLflow "
