@@ -23,6 +23,7 @@ file descriptor FD.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import os
 import secrets
@@ -153,13 +154,14 @@ def main(answer_fd: int) -> None:
 
     A verdict is a function of the ledger's JSON alone, so one already given is given again without
     composing the ledger again (a grid point's seeds write the same ledger), its answer marked
-    `answered_before`: kept here, in the process no plug-in reaches, by the JSON's canonical text.
+    `answered_before`: kept here, in the process no plug-in reaches, by the SHA-256 of the JSON's
+    canonical text (a grid of thousands of points keeps a small verdict each, not its ledger).
     """
     given: dict[str, dict] = {}
     with os.fdopen(answer_fd, "w") as answers:
         for line in sys.stdin:
             question = json.loads(line)
-            key = json.dumps(question["ledger"], sort_keys=True)
+            key = hashlib.sha256(json.dumps(question["ledger"], sort_keys=True).encode()).hexdigest()
             before = key in given
             if not before:
                 given[key] = verdict(question["ledger"])
