@@ -291,7 +291,9 @@ def test_the_driver_receives_only_each_rounds_total_even_with_one_user_blocks(ra
     monkeypatch.setattr(ray_pool.ray, "get", real_get)
     builds = pool.compiled_round.builds if pool.compiled_round is not None else 0
     pool.close()
-    assert builds == (1 if compiled else 0)  # the path under test was the one taken
+    # The path under test was the one taken (a loaded machine can time a graph's channel out: the
+    # round is then run again on a rebuilt graph, by design, and counts as a second build).
+    assert (builds >= 1) == compiled
     totals = [value for value in fetched if type(value) is PartialCounts]
     assert len(totals) == 3  # one total per round, and no other partial
     assert all(value.users == n and value.ones_above_floor.shape == (PROBLEM.dim,) for value in totals)
