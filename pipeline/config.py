@@ -172,12 +172,14 @@ FIELDS: dict[str, Field] = {
     "execution.shards": Field(_integer(1, 4096), 4, kind=int),
     "execution.simulation": Field(_choice(SIMULATIONS), "exact"),
     "execution.block_size": Field(_integer(1), 4096, kind=int),
+    # A run estimated (pipeline/work.py) above this many minutes is refused before any work.
+    "execution.max_minutes": Field(_real(0.0, math.inf, True, True), kind=float),
     "tracking.mlflow_uri": Field(_mlflow_uri, "sqlite:///mlflow.db"),
     "tracking.out": Field(_folder),
     "tracking.round_metrics": Field(_choice(ROUND_METRICS)),  # default: all (final for pnsgd)
 }
 # Fields that do not change a run's results: left out of its config hash.
-NOT_IN_HASH = ("execution.backend", "execution.shards", "tracking.mlflow_uri", "tracking.out")
+NOT_IN_HASH = ("execution.backend", "execution.shards", "execution.max_minutes", "tracking.mlflow_uri", "tracking.out")
 # Fields added after results existed: in the hash only when not at their default, so earlier runs keep their identity.
 HASHED_UNLESS_DEFAULT = ("problem.records_per_user", "privacy.unit")
 # Fields that do not change results cannot vary inside one grid either.

@@ -8,7 +8,7 @@ import inspect
 import os
 from typing import Callable, Iterable
 
-from pipeline import engine, plugins
+from pipeline import engine, plugins, work
 from pipeline.accounting.ledger import LedgerError, PrivacyLedger, UnsupportedEventError
 from pipeline.config import MAX_ROUNDS, PLUGIN_MAX_ROUNDS, PLUGIN_SECTIONS, RECORD, ROUNDS_REASON, RunConfig
 from pipeline.errors import ConfigError
@@ -31,6 +31,7 @@ class PlannedRun:
     job: engine.RunJob
     ledger: PrivacyLedger
     rates: dict[str, float]
+    estimate_s: float | None = None  # an upper estimate of its compute on one core (pipeline/work.py)
 
 
 def ledger_of(job: engine.RunJob, records: Iterable[tuple[int, int, int, object]]) -> PrivacyLedger:
@@ -137,7 +138,7 @@ def _plan_run(run: RunConfig) -> PlannedRun:
     except ValueError as error:  # a PlanError names its field; a calibration that fails is the budget's
         field = error.field if isinstance(error, PlanError) else "privacy.epsilon"
         raise ConfigError(field, run[field], f"the theoretical rate: {error}") from None
-    return PlannedRun(run, job, ledger, rates)
+    return PlannedRun(run, job, ledger, rates, work.estimate(run, job))  # its calls planned: the path is known
 
 
 def _optimizer(run: RunConfig, cls, problem, protocol, records: dict):

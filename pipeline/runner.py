@@ -15,6 +15,7 @@ from pipeline.errors import LeaseLost
 from pipeline.interrupts import Interrupts, bounded
 from pipeline.planning import PlannedRun, plan_all, plan_run
 from pipeline.progress import RunProgress, noted_if_long, progress_bar
+from pipeline.work import duration
 from pipeline.recording import NOT_STARTED, error_line, fail_run, now, record_run, start_run
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
         say(f"{len(summary.skipped)} runs already finished, skipped")
     if todo:
         executor = executor or engine.executor(first["execution.backend"], RunProgress(say))
+        _announce_work(todo, say)
         _compile_first(todo, say)
         _Grid(tracker, store, executor, summary, say).run(todo)
     elif executor is not None:
@@ -137,6 +139,21 @@ def _planned(runs: list[RunConfig], finished: set[str], say: Callable[[str], Non
     # Planning calibrates every protocol (a numerical search per round shape): say so.
     say(f"planning {len(pending)} runs (protocol calibration and ledgers)")
     return {item.config.run_id: item for item in plan_all(pending, say)}
+
+
+# A grid whose estimated compute reaches this many seconds says so before it starts.
+ANNOUNCE_S = 10.0
+
+
+def _announce_work(todo: list[PlannedRun], say: Callable[[str], None]) -> None:
+    """Says the grid's estimated compute (pipeline/work.py) when it is long: a run of one round
+    over 10⁹ users shows no rounds' progress for a minute or more."""
+    known = [item.estimate_s for item in todo if item.estimate_s is not None]
+    if sum(known) >= ANNOUNCE_S:
+        unknown = len(todo) - len(known)
+        say(f"estimated compute: up to {duration(sum(known))} on one core for {len(known)} runs, the longest "
+            f"{duration(max(known))} (counted from their schedules at this machine's speed; execution.max_minutes "
+            "caps a run)" + (f"; {unknown} literal runs not estimated" if unknown else ""))
 
 
 # Users of the small runs that compile the kernels before a grid (_compile_first).
