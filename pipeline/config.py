@@ -42,6 +42,7 @@ UNITS = (RECORD, USER)
 
 SHUFFLE = "shuffle"
 ROUND_METRICS = ("all", "final")
+RUN_PLOTS = ("auto", "all", "none")
 # Sections whose plug-in class declares further options (section.option), and the field naming the class.
 PLUGIN_SECTIONS = {"problem": ("problem", "problem.name"), "optimizer": ("optimizer", "optimizer.name"),
                    "privacy": ("protocol", "privacy.protocol")}
@@ -177,9 +178,12 @@ FIELDS: dict[str, Field] = {
     "tracking.mlflow_uri": Field(_mlflow_uri, "sqlite:///mlflow.db"),
     "tracking.out": Field(_folder),
     "tracking.round_metrics": Field(_choice(ROUND_METRICS)),  # default: all (final for pnsgd)
+    # Each finished run's figure in MLflow: every run, none, or auto (grids of at most 100 runs to do).
+    "tracking.run_plots": Field(_choice(RUN_PLOTS), "auto"),
 }
 # Fields that do not change a run's results: left out of its config hash.
-NOT_IN_HASH = ("execution.backend", "execution.shards", "execution.max_minutes", "tracking.mlflow_uri", "tracking.out")
+NOT_IN_HASH = ("execution.backend", "execution.shards", "execution.max_minutes", "tracking.mlflow_uri", "tracking.out",
+               "tracking.run_plots")
 # Fields added after results existed: in the hash only when not at their default, so earlier runs keep their identity.
 HASHED_UNLESS_DEFAULT = ("problem.records_per_user", "privacy.unit")
 # Fields that do not change results cannot vary inside one grid either.

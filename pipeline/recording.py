@@ -18,12 +18,14 @@ from pipeline.accounting.ledger import LedgerError, PrivacyLedger
 from pipeline.config import FIELDS, RunConfig
 from pipeline.optimizers import theory
 from pipeline.planning import PLUGIN_FIELDS, PlannedRun, ledger_of_groups
+from pipeline.run_plot import run_figure
 
 if TYPE_CHECKING:  # the sinks (pandas, mlflow) load where a run is recorded, so `ledger` starts fast
     from pipeline.tracking import MlflowTracker, ParquetStore
 
 
 METRIC_COLUMNS = ("excess_loss", "epsilon_spent")
+RUN_FIGURE = "excess_loss_and_epsilon.png"  # each finished run's figure, an MLflow artifact (pipeline/run_plot.py)
 
 
 HELDOUT_COLUMNS = ("test_loss", "test_accuracy")  # a dataset's, where it has held-out records
@@ -158,7 +160,7 @@ def _rounds_table(planned: PlannedRun, records, ledger: PrivacyLedger, mlflow_ru
 
 
 def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id: str, started_at: datetime.datetime,
-               tracker: MlflowTracker, store: ParquetStore, waiting=contextlib.nullcontext) -> dict:
+               tracker: MlflowTracker, store: ParquetStore, waiting=contextlib.nullcontext, plot: bool = True) -> dict:
     """Checks an executed run against its plan and records it in both sinks.
 
     The MLflow run gets its metrics and artifacts but stays RUNNING until the
@@ -203,14 +205,15 @@ def record_run(planned: PlannedRun, records: list, wall_s: float, mlflow_run_id:
     row = {**_row(planned, mlflow_run_id, started_at), "final_excess_loss": records[-1].excess_loss,
            "epsilon": epsilon, "delta": delta, **planned.rates, "status": FINISHED, "wall_s": wall_s,
            **{f"final_{column}": getattr(records[-1], column) for column in measured}}
-    _write(run, row, rounds, ledger_json, measured, mlflow_run_id, tracker, store)
+    _write(run, row, rounds, ledger_json, measured, mlflow_run_id, tracker, store, plot)
     return row
 
 
 def _write(run: RunConfig, row: dict, rounds, ledger_json: dict, measured: tuple[str, ...], mlflow_run_id: str,
-           tracker: MlflowTracker, store: ParquetStore) -> None:
-    """Writes a checked run to both sinks: its files staged, MLflow's metrics and artifacts, then
-    the row that marks it done, and only then the MLflow run ended FINISHED (record_run)."""
+           tracker: MlflowTracker, store: ParquetStore, plot: bool) -> None:
+    """Writes a checked run to both sinks: its files staged, MLflow's metrics and artifacts (with
+    its figure if `plot`), then the row that marks it done, and only then the MLflow run ended
+    FINISHED (record_run)."""
     from pipeline import results
 
     files = {
@@ -218,6 +221,12 @@ def _write(run: RunConfig, row: dict, rounds, ledger_json: dict, measured: tuple
         "config.yaml": yaml.safe_dump(run.nested(), sort_keys=False).encode(),
     }
     store.stage(run.run_id, files)
+    if plot:  # MLflow's alone: the results folder keeps the data it is drawn from
+        from pipeline.tracking.mlflow_tracker import metric_steps
+
+        picked = rounds.take(metric_steps(len(rounds)))
+        files = {**files, RUN_FIGURE: run_figure(run.display_name(), *(picked.column(name) for name in (
+            "round", "excess_loss", "epsilon_spent")), row, run["privacy.epsilon"])}
     tracker.log_rounds(mlflow_run_id, rounds, METRIC_COLUMNS + tuple(c for c in HELDOUT_COLUMNS if c in measured))
     summary = {key: row[key] for key in ("final_excess_loss", "epsilon", "delta", "wall_s", *theory.THEORY_COLUMNS,
                                          *(f"final_{column}" for column in measured))}

@@ -15,6 +15,7 @@ from pipeline.errors import LeaseLost
 from pipeline.interrupts import Interrupts, bounded
 from pipeline.planning import PlannedRun, plan_all, plan_run
 from pipeline.progress import RunProgress, noted_if_long, progress_bar
+from pipeline.run_plot import draws_plots
 from pipeline.work import duration
 from pipeline.recording import NOT_STARTED, error_line, fail_run, now, record_run, start_run
 
@@ -197,7 +198,7 @@ class _Grid:
                  say: Callable[[str], None]):
         self.tracker, self.store, self.executor, self.summary, self.say = tracker, store, executor, summary, say
         self.started: dict[str, tuple[PlannedRun, str, float, datetime.datetime]] = {}
-        self.total, self.began = 0, time.perf_counter()
+        self.total, self.began, self.plots = 0, time.perf_counter(), True
 
     def run(self, todo: list[PlannedRun]) -> None:
         """Executes the runs, recording each as it finishes.
@@ -207,6 +208,7 @@ class _Grid:
           LeaseLost: the folder was taken over; the runs in flight are listed on it.
         """
         queue, self.total = list(todo), len(todo)
+        self.plots = draws_plots(todo[0].config["tracking.run_plots"], self.total)
         with Interrupts(self.fail_in_flight) as interrupts:
             try:
                 while queue or self.executor.in_flight():
@@ -264,7 +266,7 @@ class _Grid:
             with noted_if_long(f"  {run_id}: rounds done; recording it (its ledger re-derived in a separate process, "
                                "then MLflow and Parquet)", self.say):
                 row = record_run(item, records, wall_s, mlflow_run_id, started_at, self.tracker, self.store,
-                                 interrupts.raising_new)
+                                 interrupts.raising_new, self.plots)
             del self.started[run_id]
             self.summary.finished.append(row)
             config = item.config

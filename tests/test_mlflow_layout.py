@@ -126,3 +126,25 @@ def test_runs_ended_on_a_tracking_server_print_no_genai_links(tmp_path, new_mlfl
     monkeypatch.setattr(TrackingServiceClient, "store", property(lambda self: server))
     TrackingServiceClient("http://127.0.0.1:1")._log_url("a-run")  # what set_terminated calls
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("mode, limit, drawn", [("auto", 100, True), ("auto", 1, False), ("none", 100, False),
+                                                ("all", 1, True)])
+def test_each_run_gets_its_figure_unless_the_grid_is_large_or_it_is_turned_off(tmp_path, new_mlflow_store, monkeypatch,
+                                                                                 mode, limit, drawn):
+    """Issue 44 item 4: a run's page in MLflow shows its own loss and ε curve; `tracking.run_plots`
+    turns it off, and `auto` leaves it out of grids of more than AUTO_PLOTS runs (0.1 s a figure)."""
+    from pipeline import run_plot
+    from pipeline.recording import RUN_FIGURE
+
+    monkeypatch.setattr(run_plot, "AUTO_PLOTS", limit)
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    assert cli.main(["run", str(path), "--out", str(tmp_path / "results"), "--set", f"tracking.mlflow_uri={uri}",
+                     "--set", f"tracking.run_plots={mode}"]) == 0
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("layout").experiment_id])
+    assert len(runs) == 2
+    for run in runs:
+        assert (RUN_FIGURE in {a.path for a in client.list_artifacts(run.info.run_id)}) == drawn

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from matplotlib import image as mpl_image
 import pytest
 from mlflow.tracking import MlflowClient
 
 from pipeline import cli, results
+from pipeline.recording import RUN_FIGURE
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "experiments" / "quickstart.yaml"
 RUN_COLUMNS = {"run_id", "mlflow_run_id", "config_hash", "seed", "final_excess_loss", "epsilon", "delta",
@@ -66,7 +68,11 @@ def test_quickstart_runs_are_in_mlflow_with_params_metrics_and_artifacts(quickst
     history = client.get_metric_history(sgd.info.run_id, "excess_loss")
     steps = [m.step for m in history]
     assert len(steps) > 100 and steps == sorted(steps)
-    assert {a.path for a in client.list_artifacts(sgd.info.run_id)} == {"ledger.json", "config.yaml", "rounds.parquet"}
+    assert {a.path for a in client.list_artifacts(sgd.info.run_id)} == {"ledger.json", "config.yaml", "rounds.parquet",
+                                                                       RUN_FIGURE}
+    # Issue 44: each run's own figure (loss and ε by round) is a readable PNG, drawn, not blank.
+    figure = mpl_image.imread(client.download_artifacts(sgd.info.run_id, RUN_FIGURE))
+    assert figure.shape[:2] == (272, 720) and figure.std() > 0.05  # RGBA in [0, 1]
     ledger = json.loads(Path(client.download_artifacts(sgd.info.run_id, "ledger.json")).read_text())
     mode = sgd.data.params["privacy.accounting"]
     assert ledger["accounting_mode"] == mode and set(ledger["accounting"]) == {"paper", "tight"}

@@ -1,0 +1,58 @@
+"""A run's own figure, logged to its MLflow run (issue 44): its excess population loss by round
+beside the rate its theorem predicts, and the ε it has spent beside its target."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+# Runs a grid draws by default (tracking.run_plots: auto): each figure costs about 0.1 s of the
+# driver's time, which a grid of thousands of tiny runs would spend mostly on figures.
+AUTO_PLOTS = 100
+
+
+def draws_plots(mode: str, runs: int) -> bool:
+    """Whether a grid of `runs` runs to do draws each run's figure (tracking.run_plots)."""
+    return mode == "all" or (mode == "auto" and runs <= AUTO_PLOTS)
+
+
+def run_figure(title: str, rounds: np.ndarray, excess_loss: np.ndarray, epsilon_spent: np.ndarray,
+               rates: dict[str, float], target_epsilon: float) -> bytes:
+    """The figure as PNG bytes.
+
+    Args:
+      title: the run's display name.
+      rounds, excess_loss, epsilon_spent: the logged rounds' index and metrics.
+      rates: the run's theory_rate and nonprivate_rate (runs.parquet), drawn where finite.
+      target_epsilon: the run's ε target.
+
+    Returns:
+      The PNG file's bytes.
+    """
+    from matplotlib.figure import Figure  # the object API: no pyplot state, no display
+
+    figure = Figure(figsize=(9, 3.4), dpi=80)
+    figure.subplots_adjust(left=0.08, right=0.98, bottom=0.16, top=0.84, wspace=0.25)  # tight_layout doubles the cost
+    loss, spent = figure.subplots(1, 2)
+    steps = rounds + 1
+    marker = "o" if len(steps) < 20 else None  # a one-round run is a point
+    positive = excess_loss > 0
+    loss.loglog(steps[positive], excess_loss[positive], color="C0", marker=marker, label="excess population loss")
+    for name, style, label in (("theory_rate", "--", "the theorem's rate"), ("nonprivate_rate", ":", "non-private rate")):
+        value = rates.get(name)
+        if value is not None and np.isfinite(value) and value > 0:
+            loss.axhline(value, linestyle=style, color="k", linewidth=1, label=label)
+    loss.set_xlabel("round (1-based)")
+    loss.set_title("excess population loss")
+    loss.legend(fontsize="small")
+    spent.plot(steps, epsilon_spent, color="C1", marker=marker, label="ε spent")
+    spent.axhline(target_epsilon, linestyle="--", color="C3", linewidth=1, label=f"target ε = {target_epsilon:g}")
+    spent.set_xscale("log")
+    spent.set_ylim(bottom=0)
+    spent.set_xlabel("round (1-based)")
+    spent.set_title("ε spent (the run's accounting mode)")
+    spent.legend(fontsize="small")
+    figure.suptitle(title if len(title) <= 110 else title[:107] + "…", fontsize="medium")
+    out = io.BytesIO()
+    figure.savefig(out, format="png")
+    return out.getvalue()
