@@ -16,7 +16,7 @@ CASES = (("mean_estimation", "cjmp_vec", "quadratic", 10**6, 5), ("mean_estimati
 
 
 def run(size: str) -> dict[str, float]:
-    from pipeline import engine, work
+    from pipeline import engine
 
     scale = sized(size, 0.01, 1.0, 10.0)
     ratios = {}
