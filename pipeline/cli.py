@@ -82,8 +82,9 @@ def _run(args: argparse.Namespace) -> int:
     runs_table, rounds_table = summary.tables
     print(f"Parquet:      {runs_table}\n              {rounds_table}\n"
           f"              (pipeline.results.load({summary.folder!r}) reads both)")
-    print(redact(f"MLflow UI:    {ui_command(first['tracking.mlflow_uri'])}, then "
-                 f"{experiment_address(first['tracking.mlflow_uri'], summary.experiment_id)}"))
+    # The address is redacted where it holds the store's URI: its share key is no secret.
+    print(redact(f"MLflow UI:    {ui_command(first['tracking.mlflow_uri'])}, then ")
+          + experiment_address(first['tracking.mlflow_uri'], summary.experiment_id))
     if any(run["problem.source"] for run in runs):
         _say_composed_spend(first["tracking.out"])
     return EXIT_RUNS_FAILED if summary.failed else EXIT_OK

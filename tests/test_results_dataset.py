@@ -3,6 +3,7 @@ object store (moto's server on loopback), one dataset across folders with a stab
 schema and a unique run identity, the loader, and the layout before 0.2 migrated."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -214,7 +215,16 @@ def test_the_summary_prints_the_experiments_runs_table_address(tmp_path, new_mlf
     uri = new_mlflow_store(tmp_path / "mlflow.db")
     assert _run(_config(tmp_path, uri, grid={}, seeds=[0]), str(tmp_path / "out")) == 0
     printed = capsys.readouterr().out
-    assert "http://127.0.0.1:5000/#/experiments/1?workflowType=machine_learning" in printed
+    assert ("http://127.0.0.1:5000/#/experiments/1/runs?workflowType=machine_learning"
+            "&viewStateShareKey=shuffle-sco-runs") in printed
+    # The key names the experiment's shared view, whose every column is one each run has (issue 44 item 4).
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    view = json.loads(client.get_experiment("1").tags["mlflow.sharedViewState.shuffle-sco-runs"])
+    (run,) = client.search_runs(["1"])
+    have = {f"metrics.`{key}`" for key in run.data.metrics} | {f"params.`{key}`" for key in run.data.params}
+    assert len(view["selectedColumns"]) == 9 and set(view["selectedColumns"]) <= have
     assert f"pipeline.results.load({str(tmp_path / 'out')!r}) reads both" in printed
 
 
@@ -513,7 +523,6 @@ def test_a_driver_that_lost_its_lease_writes_nothing_more(tmp_path, s3, new_mlfl
     """Issue 46: a driver SIGSTOPped past its lease was taken over as designed, but when it woke it
     went on recording (4 runs finished twice). It now checks its lease before every write and before
     starting a run: it stops, exit 1, and every run is recorded once, by its successor."""
-    import json as json_
     import signal
     import subprocess
     import sys
@@ -532,7 +541,7 @@ def test_a_driver_that_lost_its_lease_writes_nothing_more(tmp_path, s3, new_mlfl
         while len(renewals) < 2:  # renewed once: the lease is the first driver's, past its settle
             assert time.monotonic() < deadline and driver.poll() is None, "the first driver never held the lease"
             try:
-                renewals.add(json_.loads(s3["filesystem"].open_input_stream(lease_path).read())["renewed"])
+                renewals.add(json.loads(s3["filesystem"].open_input_stream(lease_path).read())["renewed"])
             except (FileNotFoundError, ValueError):
                 pass
             time.sleep(0.02)
@@ -552,7 +561,7 @@ def test_a_driver_that_lost_its_lease_writes_nothing_more(tmp_path, s3, new_mlfl
             driver.kill()
     parts = [info.path for info in s3["filesystem"].get_file_info(
         pafs.FileSelector("dataset/stalled/run/runs.parquet", recursive=True)) if info.type == pafs.FileType.File]
-    rows = [json_.loads(pd.read_parquet(s3["filesystem"].open_input_file(path)).to_json(orient="records"))[0]
+    rows = [json.loads(pd.read_parquet(s3["filesystem"].open_input_file(path)).to_json(orient="records"))[0]
             for path in parts]
     assert len(rows) == 2 * 3 and all(row["status"] == "finished" for row in rows)  # 6 runs, each once
     assert len({row["run_id"] for row in rows}) == len(rows)
@@ -642,7 +651,6 @@ def test_the_loader_re_derives_every_ledger_where_no_plugin_runs(tmp_path, new_m
     """Issue 46: whatever the driver accepted (a hostile plug-in can disable its check), a reader
     re-derives each run's ledger.json in an isolated process of its own: `ledger_check` says
     "verified", or what is wrong, with a warning."""
-    import json as json_
 
     uri = new_mlflow_store(tmp_path / "mlflow.db")
     out = tmp_path / "out"
@@ -651,14 +659,14 @@ def test_the_loader_re_derives_every_ledger_where_no_plugin_runs(tmp_path, new_m
     assert set(runs["ledger_check"]) == {"verified"}
     ids = sorted(runs["run_id"])
     ledgers = {run_id: out / "artifacts" / run_id / "ledger.json" for run_id in ids}
-    lowered = json_.loads(ledgers[ids[0]].read_text())
+    lowered = json.loads(ledgers[ids[0]].read_text())
     lowered["accounting"][lowered["accounting_mode"]]["epsilon"] *= 0.5  # a patched ledger, as written
-    ledgers[ids[0]].write_text(json_.dumps(lowered))
-    over = json_.loads(ledgers[ids[1]].read_text())
+    ledgers[ids[0]].write_text(json.dumps(lowered))
+    over = json.loads(ledgers[ids[1]].read_text())
     over["target"]["epsilon"] = 0.01  # a run over its target, recorded finished (the driver's guard patched away)
     for mode in over["accounting"].values():
         mode["checks"]["within_target"] = False
-    ledgers[ids[1]].write_text(json_.dumps(over))
+    ledgers[ids[1]].write_text(json.dumps(over))
     ledgers[ids[2]].unlink()
     with pytest.warns(UserWarning, match=r"3 finished run\(s\) whose ledger is not verified"):
         runs, _ = results.load(out)

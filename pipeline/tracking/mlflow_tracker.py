@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import logging
 import os
 import secrets
@@ -17,6 +18,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from pipeline.errors import ConfigError
+from pipeline.uris import redact
 from pipeline.tracking.column_table import ColumnTable
 from pipeline.tracking.parquet_store import write_frame
 
@@ -110,11 +112,23 @@ def create_sqlite_store(database: Path) -> None:
             leftover.unlink(missing_ok=True)
 
 
+# The runs table's columns as a view shared through the experiment (the UI's "share view": an
+# experiment tag it reads when the address names its key): the results, then the grid's axes.
+# Without it the 3.17 table shows no metric or parameter column until the user picks them.
+SHARED_VIEW_KEY = "shuffle-sco-runs"
+SHARED_VIEW_TAG = "mlflow.sharedViewState." + SHARED_VIEW_KEY
+SHARED_VIEW = json.dumps({"selectedColumns": [
+    *(f"metrics.`{name}`" for name in ("final_excess_loss", "epsilon", "theory_rate")),
+    *(f"params.`{name}`" for name in ("optimizer.name", "n_users", "privacy.epsilon", "privacy.accounting",
+                                      "privacy.protocol", "problem.name"))], "runsHiddenMode": "SHOW_ALL"})
+
+
 def experiment_address(uri: str, experiment_id: str) -> str:
-    """The experiment's page in the MLflow UI, on its runs table (the 3.17 UI opens GenAI
-    traces unless the address asks for `workflowType=machine_learning`)."""
-    server = uri.rstrip("/") if urlparse(uri).scheme in ("http", "https") else "http://127.0.0.1:5000"
-    return f"{server}/#/experiments/{experiment_id}?workflowType=machine_learning"
+    """The experiment's runs table in the MLflow UI, with the shared view's columns (the 3.17 UI
+    opens GenAI traces unless the address asks for `workflowType=machine_learning`)."""
+    server = redact(uri.rstrip("/")) if urlparse(uri).scheme in ("http", "https") else "http://127.0.0.1:5000"
+    return (f"{server}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+            f"&viewStateShareKey={SHARED_VIEW_KEY}")
 
 
 def metric_steps(rounds: int) -> np.ndarray:
@@ -164,11 +178,14 @@ class MlflowTracker:
                 # Artifacts beside a SQLite file, not in the working directory.
                 location = (database.parent / "mlartifacts").as_uri() if database is not None else None
                 self.experiment_id = self.client.create_experiment(
-                    experiment, artifact_location=location, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING})
+                    experiment, artifact_location=location,
+                    tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING, SHARED_VIEW_TAG: SHARED_VIEW})
             else:
                 self.experiment_id = found.experiment_id
                 if found.tags.get(EXPERIMENT_KIND_TAG, "") in _UNCHOSEN_KINDS:
                     self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
+                if found.tags.get(SHARED_VIEW_TAG) != SHARED_VIEW:
+                    self.client.set_experiment_tag(self.experiment_id, SHARED_VIEW_TAG, SHARED_VIEW)
         except Exception as err:  # MLflow raises many types; report them as one line
             first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ConfigError("tracking.mlflow_uri", uri, f"cannot open the MLflow store ({first_line})") from None
