@@ -247,4 +247,5 @@ def test_ray_job_submit_runs_a_grid_into_object_storage_through_a_node_failure(l
     history = _get(f"{api}/metrics/get-history?run_id={sgd['info']['run_id']}&metric_key=excess_loss")["metrics"]
     assert len(history) > 100 and [m["step"] for m in history] == sorted(m["step"] for m in history)
     listed = _get(f"{cluster['mlflow']}/api/2.0/mlflow/artifacts/list?run_id={sgd['info']['run_id']}")
-    assert {f["path"] for f in listed["files"]} == {"ledger.json", "config.yaml", "rounds.parquet"}
+    assert {f["path"] for f in listed["files"]} == {"ledger.json", "config.yaml", "rounds.parquet",
+                                                    "excess_loss_and_epsilon.png"}
