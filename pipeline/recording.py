@@ -7,6 +7,7 @@ import contextlib
 import datetime
 import json
 import math
+import warnings
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
@@ -225,8 +226,11 @@ def _write(run: RunConfig, row: dict, rounds, ledger_json: dict, measured: tuple
         from pipeline.tracking.mlflow_tracker import metric_steps
 
         picked = rounds.take(metric_steps(len(rounds)))
-        files = {**files, RUN_FIGURE: run_figure(run.display_name(), *(picked.column(name) for name in (
-            "round", "excess_loss", "epsilon_spent")), row, run["privacy.epsilon"])}
+        try:
+            files = {**files, RUN_FIGURE: run_figure(run.display_name(), *(picked.column(name) for name in (
+                "round", "excess_loss", "epsilon_spent")), row, run["privacy.epsilon"])}
+        except Exception as error:  # a view of data recorded below: it never fails the run, and says why
+            warnings.warn(f"run {run.run_id}: its figure was not drawn ({type(error).__name__}: {error})")
     tracker.log_rounds(mlflow_run_id, rounds, METRIC_COLUMNS + tuple(c for c in HELDOUT_COLUMNS if c in measured))
     summary = {key: row[key] for key in ("final_excess_loss", "epsilon", "delta", "wall_s", *theory.THEORY_COLUMNS,
                                          *(f"final_{column}" for column in measured))}

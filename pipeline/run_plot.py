@@ -36,22 +36,31 @@ def run_figure(title: str, rounds: np.ndarray, excess_loss: np.ndarray, epsilon_
     loss, spent = figure.subplots(1, 2)
     steps = rounds + 1
     marker = "o" if len(steps) < 20 else None  # a one-round run is a point
-    positive = excess_loss > 0
-    loss.loglog(steps[positive], excess_loss[positive], color="C0", marker=marker, label="excess population loss")
+    drawn = np.isfinite(excess_loss) & (excess_loss > 0)  # a dataset's unmeasured rounds are NaN
+    if drawn.any():
+        loss.loglog(steps[drawn], excess_loss[drawn], color="C0", marker=marker, label="excess population loss")
+    else:
+        loss.set_xscale("log")
+        loss.text(0.5, 0.5, "no positive excess loss measured", ha="center", transform=loss.transAxes)
     for name, style, label in (("theory_rate", "--", "the theorem's rate"), ("nonprivate_rate", ":", "non-private rate")):
         value = rates.get(name)
-        if value is not None and np.isfinite(value) and value > 0:
+        if drawn.any() and value is not None and np.isfinite(value) and value > 0:
             loss.axhline(value, linestyle=style, color="k", linewidth=1, label=label)
     loss.set_xlabel("round (1-based)")
     loss.set_title("excess population loss")
-    loss.legend(fontsize="small")
-    spent.plot(steps, epsilon_spent, color="C1", marker=marker, label="ε spent")
-    spent.axhline(target_epsilon, linestyle="--", color="C3", linewidth=1, label=f"target ε = {target_epsilon:g}")
+    if drawn.any():
+        loss.legend(fontsize="small")
+    finite = np.isfinite(epsilon_spent)
+    if finite.any():
+        spent.plot(steps[finite], epsilon_spent[finite], color="C1", marker=marker, label="ε spent")
+        spent.axhline(target_epsilon, linestyle="--", color="C3", linewidth=1, label=f"target ε = {target_epsilon:g}")
+        spent.set_ylim(bottom=0)
+        spent.legend(fontsize="small")
+    else:  # a non-private run, or a paper bound outside its theorem's conditions
+        spent.text(0.5, 0.5, "ε = ∞: nothing is protected", ha="center", transform=spent.transAxes)
     spent.set_xscale("log")
-    spent.set_ylim(bottom=0)
     spent.set_xlabel("round (1-based)")
     spent.set_title("ε spent (the run's accounting mode)")
-    spent.legend(fontsize="small")
     figure.suptitle(title if len(title) <= 110 else title[:107] + "…", fontsize="medium")
     out = io.BytesIO()
     figure.savefig(out, format="png")

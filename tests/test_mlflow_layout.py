@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
@@ -148,3 +149,17 @@ def test_each_run_gets_its_figure_unless_the_grid_is_large_or_it_is_turned_off(t
     assert len(runs) == 2
     for run in runs:
         assert (RUN_FIGURE in {a.path for a in client.list_artifacts(run.info.run_id)}) == drawn
+
+
+@pytest.mark.parametrize("excess_loss, epsilon_spent", [
+    ([np.nan, 0.2, np.nan, 0.05], [1.0] * 4),  # a dataset's run: measured at some rounds only
+    ([0.3, 0.2, 0.1, 0.05], [np.inf] * 4),  # a non-private run
+    ([0.0] * 4, [0.5, 0.5, 1.0, 1.0]),  # nothing positive to draw on a log scale
+], ids=["unmeasured-rounds", "non-private", "zero-loss"])
+def test_a_runs_figure_is_drawn_for_runs_with_nothing_to_log_scale(excess_loss, epsilon_spent):
+    """The figures that failed whole golden runs when first written ("cannot be log-scaled")."""
+    from pipeline.run_plot import run_figure
+
+    png = run_figure("run", np.arange(4), np.array(excess_loss), np.array(epsilon_spent),
+                     {"theory_rate": 0.1, "nonprivate_rate": np.nan}, 1.0)
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 5000
