@@ -231,11 +231,12 @@ def _write(run: RunConfig, row: dict, rounds, ledger_json: dict, measured: tuple
                 "round", "excess_loss", "epsilon_spent")), row, run["privacy.epsilon"])}
         except Exception as error:  # a view of data recorded below: it never fails the run, and says why
             warnings.warn(f"run {run.run_id}: its figure was not drawn ({type(error).__name__}: {error})")
-    tracker.log_rounds(mlflow_run_id, rounds, METRIC_COLUMNS + tuple(c for c in HELDOUT_COLUMNS if c in measured))
     summary = {key: row[key] for key in ("final_excess_loss", "epsilon", "delta", "wall_s", *theory.THEORY_COLUMNS,
                                          *(f"final_{column}" for column in measured))}
+    tracker.log_metrics(mlflow_run_id, rounds, METRIC_COLUMNS + tuple(c for c in HELDOUT_COLUMNS if c in measured),
+                        summary)
     # MLflow gets the run's rounds as an artifact too; the results folder holds them once, in its rounds table.
-    tracker.finish(mlflow_run_id, summary, files, rounds, None)  # still RUNNING: not done until the row is written
+    tracker.finish(mlflow_run_id, files, rounds, None)  # still RUNNING: not done until the row is written
     store.commit(row, rounds, results.KINDS)  # this row marks the run done
     tracker.end(mlflow_run_id, "FINISHED")
 

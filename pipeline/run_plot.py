@@ -39,17 +39,17 @@ def run_figure(title: str, rounds: np.ndarray, excess_loss: np.ndarray, epsilon_
     drawn = np.isfinite(excess_loss) & (excess_loss > 0)  # a dataset's unmeasured rounds are NaN
     if drawn.any():
         loss.loglog(steps[drawn], excess_loss[drawn], color="C0", marker=marker, label="excess population loss")
+        for name, style, label in (("theory_rate", "--", "the theorem's rate"),
+                                   ("nonprivate_rate", ":", "non-private rate")):
+            value = rates.get(name)
+            if value is not None and np.isfinite(value) and value > 0:
+                loss.axhline(value, linestyle=style, color="k", linewidth=1, label=label)
+        loss.legend(fontsize="small")
     else:
         loss.set_xscale("log")
         loss.text(0.5, 0.5, "no positive excess loss measured", ha="center", transform=loss.transAxes)
-    for name, style, label in (("theory_rate", "--", "the theorem's rate"), ("nonprivate_rate", ":", "non-private rate")):
-        value = rates.get(name)
-        if drawn.any() and value is not None and np.isfinite(value) and value > 0:
-            loss.axhline(value, linestyle=style, color="k", linewidth=1, label=label)
     loss.set_xlabel("round (1-based)")
     loss.set_title("excess population loss")
-    if drawn.any():
-        loss.legend(fontsize="small")
     finite = np.isfinite(epsilon_spent)
     if finite.any():
         spent.plot(steps[finite], epsilon_spent[finite], color="C1", marker=marker, label="ε spent")
@@ -57,7 +57,7 @@ def run_figure(title: str, rounds: np.ndarray, excess_loss: np.ndarray, epsilon_
         spent.set_ylim(bottom=0)
         spent.legend(fontsize="small")
     else:  # a non-private run, or a paper bound outside its theorem's conditions
-        spent.text(0.5, 0.5, "ε = ∞: nothing is protected", ha="center", transform=spent.transAxes)
+        spent.text(0.5, 0.5, "ε = ∞: non-private, or no bound applies", ha="center", transform=spent.transAxes)
     spent.set_xscale("log")
     spent.set_xlabel("round (1-based)")
     spent.set_title("ε spent (the run's accounting mode)")

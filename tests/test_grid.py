@@ -122,13 +122,13 @@ def test_an_interrupt_while_a_run_is_recorded_waits_for_the_record_and_leaves_no
     store = new_mlflow_store(tmp_path / "mlflow.db")
     path = _config(tmp_path, GRID.replace("backend: ray", "backend: local"))
     runs = config.expand(config.read_config(path, [f"tracking.out={tmp_path / 'out'}", f"tracking.mlflow_uri={store}"]))
-    log_rounds = MlflowTracker.log_rounds
+    log_metrics = MlflowTracker.log_metrics
 
     def interrupted_inside(self, *args, **kwargs):
         signal.raise_signal(signal.SIGINT)  # Ctrl-C lands while the run's metrics are written
-        return log_rounds(self, *args, **kwargs)
+        return log_metrics(self, *args, **kwargs)
 
-    monkeypatch.setattr(MlflowTracker, "log_rounds", interrupted_inside)
+    monkeypatch.setattr(MlflowTracker, "log_metrics", interrupted_inside)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
     try:
         with pytest.raises(KeyboardInterrupt):

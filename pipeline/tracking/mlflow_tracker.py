@@ -221,19 +221,22 @@ class MlflowTracker:
             self.client.log_batch(run.info.run_id, params=items[at:at + PARAMS_PER_BATCH])
         return run.info.run_id
 
-    def log_rounds(self, mlflow_run_id: str, rounds: ColumnTable, columns: tuple[str, ...]) -> None:
-        """Logs per-round metrics with step = round, in batches (every round if there are few,
-        else `metric_steps`).
+    def log_metrics(self, mlflow_run_id: str, rounds: ColumnTable, columns: tuple[str, ...],
+                    summary: dict[str, float]) -> None:
+        """Logs per-round metrics with step = round (every round if there are few, else
+        `metric_steps`) and the final metrics at step 0, in as few batches as MLflow takes
+        (METRICS_PER_BATCH each; one commit for most runs).
 
         Args:
           mlflow_run_id: the MLflow run.
           rounds: the run's rounds table.
           columns: the metric columns to log.
+          summary: final metrics.
         """
         timestamp = int(time.time() * 1000)
         picked = rounds.take(metric_steps(len(rounds)))
         steps = picked.column("round").tolist()
-        metrics = [
+        metrics = [Metric(key, float(value), timestamp, 0) for key, value in summary.items()] + [
             Metric(column, float(value), timestamp, int(step))
             for column in columns
             for step, value in zip(steps, picked.column(column).tolist())
@@ -241,22 +244,17 @@ class MlflowTracker:
         for at in range(0, len(metrics), METRICS_PER_BATCH):
             self.client.log_batch(mlflow_run_id, metrics=metrics[at:at + METRICS_PER_BATCH])
 
-    def finish(self, mlflow_run_id: str, summary: dict[str, float], files: dict[str, bytes],
-               rounds: ColumnTable | None, status: str | None) -> None:
-        """Logs final metrics and artifacts, then ends the run (unless status is None).
+    def finish(self, mlflow_run_id: str, files: dict[str, bytes], rounds: ColumnTable | None,
+               status: str | None) -> None:
+        """Logs artifacts, then ends the run (unless status is None).
 
         Args:
           mlflow_run_id: the MLflow run.
-          summary: final metrics.
           files: artifacts, name → content.
           rounds: the run's rounds, logged as rounds.parquet (None: none).
           status: "FINISHED" or "FAILED"; None leaves the run RUNNING, for the
             caller to `end` once the results folder records it.
         """
-        timestamp = int(time.time() * 1000)
-        metrics = [Metric(key, float(value), timestamp, 0) for key, value in summary.items()]
-        if metrics:
-            self.client.log_batch(mlflow_run_id, metrics=metrics)
         self._log_files(mlflow_run_id, files, rounds)
         if status is not None:
             self.end(mlflow_run_id, status)
