@@ -55,6 +55,15 @@ def test_metric_history_equals_rounds_parquet_step_for_step(tiny):
             assert [m.value for m in history] == mine[column].astype(float).tolist(), column
 
 
+def test_final_metrics_equal_the_runs_parquet_row(tiny):
+    """The run's final metrics (logged in its rounds' batch) are its runs.parquet row's."""
+    _, _, runs, table, _ = tiny
+    for run in runs:
+        row = table.loc[table["mlflow_run_id"] == run.info.run_id].iloc[0]
+        for key in ("final_excess_loss", "epsilon", "delta", "wall_s", "theory_rate", "nonprivate_rate"):
+            assert run.data.metrics[key] == float(row[key]), key
+
+
 def test_run_names_are_distinct_when_points_differ_only_in_accounting(tiny):
     _, _, runs, _, _ = tiny
     names = {run.info.run_name for run in runs}
