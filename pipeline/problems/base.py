@@ -327,6 +327,12 @@ class Problem(abc.ABC):
         """Rows of a user's data point: d, or more for labelled data (features, then the label)."""
         return self.dim
 
+    def records_held(self, n_users: int) -> float | None:
+        """At most how many records n of this problem's users hold together, where its own data
+        says (a dataset's user column), or None: the run's problem.records_per_user says
+        (RunJob.records). What the work estimate counts (pipeline/work.py)."""
+        return None
+
     def compiled_problem(self) -> CompiledProblem | None:
         """The constants of this problem's compiled twin (`CompiledProblem`),
         or None: its rounds run in numpy. A class that returns one promises that the kernel

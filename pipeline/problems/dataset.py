@@ -438,6 +438,13 @@ class Dataset(Problem):
             return self._users().counts.size
         return self.source_rows - (self.test_rows if self.test is None else 0)
 
+    def records_held(self, n_users: int) -> float | None:
+        """The rows of the n users holding the most (all of them when the run takes every user), with
+        a user column; else None (a row is a user: one record each)."""
+        if self.user_column is None:
+            return None
+        return float(np.sort(self._users().counts)[::-1][:n_users].sum())
+
     def for_run(self, run) -> "Dataset":
         """Itself, once the table is known to hold the run's n users (training rows).
 

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 from pipeline.errors import ConfigError
 from pipeline.tracking.column_table import ColumnTable
 from pipeline.tracking.location import Location, check_writable, open_location
+from pipeline.uris import first_line
 
 FINISHED = "finished"
 FAILED = "failed"
@@ -158,8 +159,7 @@ def read_table(location: Location, path: str, name: str) -> pd.DataFrame:
         try:
             table = pq.read_table(file, filesystem=location.filesystem)
         except Exception as err:  # pyarrow raises ArrowInvalid, OSError and more for a damaged file
-            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            return DamagedTable(file, f"is damaged and cannot be read ({reason})")
+            return DamagedTable(file, f"is damaged and cannot be read ({first_line(err)})")
         missing = [column for column in NEEDED[name] if column not in table.column_names]
         if missing:
             return DamagedTable(file, f"lacks the column(s) {', '.join(missing)}, so it is not this pipeline's {name}")
@@ -331,7 +331,7 @@ class ParquetStore:
             try:
                 pq.read_metadata(path, filesystem=self.location.filesystem)
             except Exception as err:  # pyarrow raises ArrowInvalid, OSError and more for a damaged file
-                return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                return first_line(err)
             return None
 
         paths = self.location.files(self._table_folder(ROUNDS))
