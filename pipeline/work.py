@@ -95,7 +95,9 @@ def probe_seconds() -> float:
 
 
 def duration(seconds: float) -> str:
-    """"45 s", "12 min", "3.2 h"."""
+    """"0.27 s", "45 s", "12 min", "3.2 h"."""
+    if seconds < 10:
+        return f"{seconds:.2g} s"
     if seconds < 90:
         return f"{seconds:.0f} s"
     if seconds < 5400:

@@ -4,6 +4,7 @@ estimate is to the measured compute is measured in bench/work.py, not asserted h
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,7 +65,8 @@ def test_max_minutes_refuses_a_run_above_it_and_admits_one_below(monkeypatch):
     estimate = _planned().estimate_s
     assert _planned(execution={"backend": "local", "shards": 1, "max_minutes": 1.01 * estimate / 60}).estimate_s == estimate
     with pytest.raises(config.ConfigError, match=r"^config error: execution.max_minutes = .*: run .* is estimated at "
-                                                 r"up to \d+ s on one core \(7 rounds, 8\.4e\+03 user-coordinates"):
+                                                 rf"up to {re.escape(work.duration(estimate))} on one core "
+                                                 r"\(7 rounds, 8\.4e\+03 user-coordinates"):
         _planned(execution={"backend": "local", "shards": 1, "max_minutes": 0.99 * estimate / 60})
 
 
