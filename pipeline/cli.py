@@ -66,6 +66,7 @@ def _run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         return EXIT_RUNS_FAILED
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (interrupts.Terminated): the same handling
+        interrupts.keep(stop)  # its frames hold the grid's Ray references
         signal_name = "terminated (SIGTERM)" if isinstance(stop, interrupts.Terminated) else "interrupted"
         print(f"{signal_name}: the runs in flight are marked failed; rerun the same command to resume",
               file=sys.stderr)

@@ -115,6 +115,12 @@ class Interrupts:
         self._raising = True
         try:
             yield
+        except KeyboardInterrupt:
+            # Ray's wait checks signals itself and raises a plain KeyboardInterrupt for any
+            # exception the handler raised: the signal that arrived says which it was.
+            if self.arrived:
+                raise _interrupt(self.arrived[0]) from None
+            raise
         finally:
             self._raising = False
 
@@ -122,6 +128,18 @@ class Interrupts:
         """Raises the first signal that arrived, if any."""
         if self.arrived:
             raise _interrupt(self.arrived[0])
+
+
+# What `keep` holds: never freed.
+_KEPT: list = []
+
+
+def keep(*objects) -> None:
+    """Holds objects for the life of the process. Freeing a Ray reference calls the raylet (its
+    object store), and Ray terminates a process whose raylet is gone, status 1: after a signal that
+    ended a local Ray with the driver (Slurm's SIGTERM to the process group), the stopped grid's
+    references, its exception's frames among them, are kept until the process ends."""
+    _KEPT.extend(objects)
 
 
 def bounded(call: Callable[[], None], seconds: float = 5.0) -> None:

@@ -122,3 +122,22 @@ def test_sigterm_to_a_ray_grids_process_group_exits_143_with_no_run_left_running
     with sqlite3.connect(tmp_path / "mlflow.db") as store:
         statuses = dict(store.execute("SELECT status, COUNT(*) FROM runs GROUP BY status").fetchall())
     assert "RUNNING" not in statuses and statuses.get("FINISHED", 0) >= 1, statuses
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT", None])
+def test_rays_plain_keyboardinterrupt_is_the_signal_that_arrived(signum):
+    """CI: a SIGTERM'd Ray grid exited 130, not 143. Ray's wait checks signals itself and
+    raises a plain KeyboardInterrupt for the Terminated the handler raised."""
+    import signal
+
+    from pipeline import interrupts
+
+    with interrupts.Interrupts() as watching, pytest.raises(KeyboardInterrupt) as stopped:
+        with watching.raising():
+            try:
+                if signum is not None:
+                    signal.raise_signal(getattr(signal, signum))
+                raise KeyboardInterrupt  # no signal: a KeyboardInterrupt of Ray's own
+            except KeyboardInterrupt:
+                raise KeyboardInterrupt from None  # as Ray's check_signals does
+    assert isinstance(stopped.value, interrupts.Terminated) == (signum == "SIGTERM")

@@ -354,6 +354,12 @@ class _BestEffort:
             logging.getLogger(__name__).warning("progress notes stopped: %s", str(err).splitlines()[0])
 
 
+# Ray objects of this process's stopped grids, never freed: freeing a reference calls the raylet (its
+# object store), and Ray terminates a process whose raylet is gone, status 1, as after a signal that
+# ended a local Ray with the driver (Slurm's SIGTERM to the process group). See interrupts.keep.
+_KEPT: list = []
+
+
 class RayExecutor:
     """Runs jobs concurrently on the cluster, each as one task.
 
@@ -362,9 +368,12 @@ class RayExecutor:
         actor that the driver drains while it waits.
     """
 
+    CAPACITY_S = 10.0  # an autoscaled cluster's new nodes are used within this
+
     def __init__(self, progress=None):
         ensure_ray()
         self._pending: dict = {}
+        self._capacity, self._capacity_until = 2, 0.0
         self._queue = self._drain = None
         if progress is not None:
             # The queue lives on the driver's node: a worker node that dies takes its runs'
@@ -375,8 +384,12 @@ class RayExecutor:
                                                self._queue.get_nowait_batch(self._queue.qsize())])
 
     def capacity(self) -> int:
-        """How many runs to keep in flight: the cluster's CPUs, at least 2."""
-        return max(2, int(ray.cluster_resources().get("CPU", 1)))
+        """How many runs to keep in flight: the cluster's CPUs, at least 2, asked of the GCS at most
+        every CAPACITY_S seconds (a GCS call on a Ray that a signal ended blocks in native code)."""
+        if time.monotonic() >= self._capacity_until:
+            self._capacity = max(2, int(ray.cluster_resources().get("CPU", 1)))
+            self._capacity_until = time.monotonic() + self.CAPACITY_S
+        return self._capacity
 
     def submit(self, key, job: RunJob, shards: int) -> None:
         """Starts a run: in a task of one CPU if it is small (`in_one_task`), else on shard actors
@@ -407,12 +420,16 @@ class RayExecutor:
         return len(self._pending)
 
     def cancel(self) -> None:
-        for ref in self._pending:
+        """Cancels the runs in flight; their references are never freed (`_KEPT`)."""
+        pending, self._pending = self._pending, {}
+        _KEPT.append(pending)
+        for ref in pending:
             ray.cancel(ref, force=True)
-        self._pending.clear()
 
     def close(self) -> None:
-        """Ends the progress queue's actor (a process of its own)."""
+        """Ends the progress queue's actor (a process of its own); its handle is kept as cancel's are."""
         if self._queue is not None:
+            _KEPT.append(self._queue)
             self._queue.shutdown(force=True)
             self._queue = None
+
