@@ -323,6 +323,9 @@ def _accuracy_vs_epsilon(runs: pd.DataFrame):
                               capsize=3, label=series)
         title = "Test accuracy vs ε" if unit is None else f"privacy.unit: {unit} ({UNIT_TITLES.get(unit, unit)})"
         axis.set(xscale="log", xlabel="target ε", title=title)
+        epsilons = sorted(set(private["privacy.epsilon"]))
+        axis.set_xticks(epsilons, [f"{epsilon:g}" for epsilon in epsilons])  # the grid's ε, not 3×10⁻¹ on top of 4×10⁻¹
+        axis.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         axis.legend(fontsize=7)
     axes[0][0].set(ylabel="held-out accuracy (mean ± std over seeds)")
     if len(panels) > 1:
