@@ -27,6 +27,7 @@ METRICS_PER_BATCH = 1000
 PARAMS_PER_BATCH = 100
 # Steps logged per metric; rounds.parquet keeps every round.
 MAX_METRIC_STEPS = 500
+SEARCH_PAGE = 10_000  # runs a search returns a page (SQL stores take up to 50,000)
 # Seconds to wait for a tracking server's /health before refusing to start
 # (MLflow's own client retries for minutes).
 SERVER_PROBE_TIMEOUT_S = 5
@@ -158,6 +159,7 @@ class MlflowTracker:
         # table, at its end (tracking.experiment_address). A user who wants the links sets it false.
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
         self.uri = uri
+        self._attempts_by_folder: dict[str, dict[str, list[str]]] = {}  # _attempts
         database = sqlite_path(uri)
         if urlparse(uri).scheme in ("http", "https"):
             try:
@@ -210,16 +212,32 @@ class MlflowTracker:
         Returns:
           The MLflow run id.
         """
-        stale = self.client.search_runs([self.experiment_id], filter_string=f"tags.{RUN_ID_TAG} = '{run_id}'")
-        for run in stale:
-            if run.data.tags.get(FOLDER_TAG) == folder:
-                self.client.delete_run(run.info.run_id)
+        for stale in self._attempts(folder).pop(run_id, []):
+            self.client.delete_run(stale)
         run_tags = {**(tags or {}), RUN_ID_TAG: run_id, FOLDER_TAG: folder}
         run = self.client.create_run(self.experiment_id, run_name=name, tags=run_tags)
         items = [Param(key, str(value)) for key, value in params.items() if value is not None]
         for at in range(0, len(items), PARAMS_PER_BATCH):
             self.client.log_batch(run.info.run_id, params=items[at:at + PARAMS_PER_BATCH])
         return run.info.run_id
+
+    def _attempts(self, folder: str) -> dict[str, list[str]]:
+        """run_id → the MLflow runs recorded for `folder` before this tracker started any: read in
+        one paged search the first time, not one search a run (5 ms each, of runs costing as little).
+        The caller holds the folder's lock, so no other process adds attempts meanwhile."""
+        if folder not in self._attempts_by_folder:
+            found: dict[str, list[str]] = {}
+            token = None
+            while True:
+                page = self.client.search_runs([self.experiment_id], max_results=SEARCH_PAGE, page_token=token)
+                for run in page:
+                    if run.data.tags.get(FOLDER_TAG) == folder and RUN_ID_TAG in run.data.tags:
+                        found.setdefault(run.data.tags[RUN_ID_TAG], []).append(run.info.run_id)
+                token = page.token
+                if not token:
+                    break
+            self._attempts_by_folder[folder] = found
+        return self._attempts_by_folder[folder]
 
     def log_metrics(self, mlflow_run_id: str, rounds: ColumnTable, columns: tuple[str, ...],
                     summary: dict[str, float]) -> None:
