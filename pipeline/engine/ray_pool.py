@@ -432,4 +432,3 @@ class RayExecutor:
             _KEPT.append(self._queue)
             self._queue.shutdown(force=True)
             self._queue = None
-
