@@ -141,8 +141,8 @@ def test_the_report_says_what_epsilon_paper_accounting_needs_for_tights_accuracy
     """Seed 001 Fig 5.7's comparison on a real table, through the public commands:
     `experiments/tv16/cldp_accounting.yaml` (CLDP-SGD, paper against tight accounting) at two ε and
     two seeds, then `python -m pipeline report`: accounting_gain.csv has a row per tight ε, its point
-    inside its bootstrap interval. At ε = 0.25 the tight accountant's local budget ε0 is about 9×
-    the paper composition's (13.2 against 1.5), so paper needs more than 0.25 for the accuracy
+    inside its bootstrap interval. At ε = 0.25 tight accounting's local budget ε0 is about 9×
+    paper accounting's (13.2 against 1.5), so paper needs more than 0.25 for the accuracy
     tight reaches there (the full grid: 3.4, interval [1.6, 6.7], 5 seeds)."""
     out, _ = tv16
     (tmp_path / "data").symlink_to(out)
