@@ -216,24 +216,23 @@ def _write(run: RunConfig, row: dict, rounds, ledger_json: dict, measured: tuple
     its figure if `plot`), then the row that marks it done, and only then the MLflow run ended
     FINISHED (record_run)."""
     from pipeline import results
+    from pipeline.tracking.mlflow_tracker import metric_steps
 
     files = {
         "ledger.json": json.dumps(ledger_json, indent=2).encode(),
         "config.yaml": yaml.safe_dump(run.nested(), sort_keys=False).encode(),
     }
     store.stage(run.run_id, files)
+    logged = rounds.take(metric_steps(len(rounds)))  # the rounds MLflow gets as metrics, and the figure draws
     if plot:  # MLflow's alone: the results folder keeps the data it is drawn from
-        from pipeline.tracking.mlflow_tracker import metric_steps
-
-        picked = rounds.take(metric_steps(len(rounds)))
         try:
-            files = {**files, RUN_FIGURE: run_figure(run.display_name(), *(picked.column(name) for name in (
+            files = {**files, RUN_FIGURE: run_figure(run.display_name(), *(logged.column(name) for name in (
                 "round", "excess_loss", "epsilon_spent")), row, run["privacy.epsilon"])}
         except Exception as error:  # a view of data recorded below: it never fails the run, and says why
             warnings.warn(f"run {run.run_id}: its figure was not drawn ({type(error).__name__}: {error})")
     summary = {key: row[key] for key in ("final_excess_loss", "epsilon", "delta", "wall_s", *theory.THEORY_COLUMNS,
                                          *(f"final_{column}" for column in measured))}
-    tracker.log_metrics(mlflow_run_id, rounds, METRIC_COLUMNS + tuple(c for c in HELDOUT_COLUMNS if c in measured),
+    tracker.log_metrics(mlflow_run_id, logged, METRIC_COLUMNS + tuple(c for c in HELDOUT_COLUMNS if c in measured),
                         summary)
     # MLflow gets the run's rounds as an artifact too; the results folder holds them once, in its rounds table.
     tracker.finish(mlflow_run_id, files, rounds, None)  # still RUNNING: not done until the row is written

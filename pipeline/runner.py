@@ -212,10 +212,9 @@ class _Grid:
         with Interrupts(self.fail_in_flight) as interrupts:
             try:
                 while queue or self.executor.in_flight():
-                    # Checked before each call to Ray: one on a Ray that the signal ended blocks in native code.
-                    interrupts.check()
                     while queue and self.executor.in_flight() < self.executor.capacity():
                         self._start(queue.pop(0))
+                        # Before the next call to Ray: one on a Ray that the signal ended blocks in native code.
                         interrupts.check()
                     if not self.executor.in_flight():  # every run left failed to start
                         continue

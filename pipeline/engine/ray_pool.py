@@ -351,7 +351,7 @@ class _BestEffort:
             self.tell(*args)
         except ray.exceptions.RayError as err:
             self.tell = None
-            logging.getLogger(__name__).warning("progress notes stopped: %s", str(err).splitlines()[0])
+            logging.getLogger(__name__).warning("progress notes stopped: %s", first_line(err))
 
 
 # Ray objects of this process's stopped grids, never freed: freeing a reference calls the raylet (its

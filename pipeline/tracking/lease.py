@@ -24,6 +24,7 @@ import uuid
 
 from pipeline.errors import ConfigError, LeaseLost
 from pipeline.tracking.location import Location
+from pipeline.uris import first_line
 
 LEASE_NAME = ".lease.json"
 TTL_S = 120.0  # seconds without renewal after which a lease is a dead driver's
@@ -107,7 +108,7 @@ class Lease:
             held = self._read()
         except OSError as error:  # a store that died: nothing can be written there, and none of it is confirmed
             raise LeaseLost(f"results folder {self.location.shown}: its store cannot be reached to confirm this "
-                            f"driver's lease ({str(error).strip().splitlines()[0] if str(error).strip() else error!r}); "
+                            f"driver's lease ({first_line(error)}); "
                             "nothing more is written there") from None
         if held is None or held["holder"] != self.holder:
             self._lost.set()

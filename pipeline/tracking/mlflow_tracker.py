@@ -18,7 +18,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from pipeline.errors import ConfigError
-from pipeline.uris import redact
+from pipeline.uris import first_line, redact
 from pipeline.tracking.column_table import ColumnTable
 from pipeline.tracking.parquet_store import write_frame
 
@@ -189,8 +189,7 @@ class MlflowTracker:
                 if found.tags.get(SHARED_VIEW_TAG) != SHARED_VIEW:
                     self.client.set_experiment_tag(self.experiment_id, SHARED_VIEW_TAG, SHARED_VIEW)
         except Exception as err:  # MLflow raises many types; report them as one line
-            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise ConfigError("tracking.mlflow_uri", uri, f"cannot open the MLflow store ({first_line})") from None
+            raise ConfigError("tracking.mlflow_uri", uri, f"cannot open the MLflow store ({first_line(err)})") from None
 
     def start(self, run_id: str, name: str, params: dict[str, object], folder: str,
               tags: dict[str, str] | None = None) -> str:
@@ -239,25 +238,23 @@ class MlflowTracker:
             self._attempts_by_folder[folder] = found
         return self._attempts_by_folder[folder]
 
-    def log_metrics(self, mlflow_run_id: str, rounds: ColumnTable, columns: tuple[str, ...],
+    def log_metrics(self, mlflow_run_id: str, logged: ColumnTable, columns: tuple[str, ...],
                     summary: dict[str, float]) -> None:
-        """Logs per-round metrics with step = round (every round if there are few, else
-        `metric_steps`) and the final metrics at step 0, in as few batches as MLflow takes
-        (METRICS_PER_BATCH each; one commit for most runs).
+        """Logs per-round metrics with step = round and the final metrics at step 0, in as few
+        batches as MLflow takes (METRICS_PER_BATCH each; one commit for most runs).
 
         Args:
           mlflow_run_id: the MLflow run.
-          rounds: the run's rounds table.
+          logged: the rounds to log (`metric_steps` of the run's rounds table).
           columns: the metric columns to log.
           summary: final metrics.
         """
         timestamp = int(time.time() * 1000)
-        picked = rounds.take(metric_steps(len(rounds)))
-        steps = picked.column("round").tolist()
+        steps = logged.column("round").tolist()
         metrics = [Metric(key, float(value), timestamp, 0) for key, value in summary.items()] + [
             Metric(column, float(value), timestamp, int(step))
             for column in columns
-            for step, value in zip(steps, picked.column(column).tolist())
+            for step, value in zip(steps, logged.column(column).tolist())
         ]
         for at in range(0, len(metrics), METRICS_PER_BATCH):
             self.client.log_batch(mlflow_run_id, metrics=metrics[at:at + METRICS_PER_BATCH])

@@ -431,7 +431,7 @@ def migrate(out: str | Path, kinds: dict[str, type]) -> str:
         runs = pd.read_parquet(source[RUNS])
         rounds = pd.read_parquet(source[ROUNDS]) if source[ROUNDS].is_file() else pd.DataFrame(columns=["run_id"])
     except Exception as err:
-        raise ConfigError("DIR", str(out), f"a table cannot be read ({str(err).strip().splitlines()[0]})") from None
+        raise ConfigError("DIR", str(out), f"a table cannot be read ({first_line(err)})") from None
     try:
         unplaced = _migrate_tables(folder, runs, rounds, old, backup, kinds)
     except OSError as err:
