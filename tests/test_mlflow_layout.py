@@ -194,3 +194,31 @@ def test_a_new_attempt_deletes_the_runs_earlier_attempts_in_its_folder_only(tmp_
     active = {run.info.run_id for run in client.search_runs([again.experiment_id], max_results=100)}
     assert active == {other_folder, other_run, latest}
     assert {client.get_run(run_id).info.lifecycle_stage for run_id in earlier} == {"deleted"}
+
+
+@pytest.mark.parametrize("location", ["local", "elsewhere"])
+def test_artifacts_land_where_mlflow_reads_them(tmp_path, new_mlflow_store, location):
+    """A run's artifacts written straight into a local artifact folder (no temporary copy) are the
+    ones MLflow lists and downloads; an experiment whose artifacts live elsewhere (any location
+    that is not a local file URI) is uploaded through MLflow as before."""
+    from pipeline.tracking import mlflow_tracker
+    from pipeline.tracking.column_table import ColumnTable
+
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    tracker = MlflowTracker(uri, "artifacts")
+    if location == "elsewhere":  # as a tracking server's mlflow-artifacts:/ location would be: never written to directly
+        assert mlflow_tracker._local_folder("mlflow-artifacts:/1") is None
+        assert mlflow_tracker._local_folder("s3://bucket/mlruns") is None
+        tracker._artifact_root = None
+    else:
+        assert tracker._artifact_root is not None
+    run_id = tracker.start("run-a", "a", {"n": 3}, folder=str(tmp_path / "out"))
+    rounds = ColumnTable({"run_id": "run-a", "round": np.arange(1, 4), "excess_loss": np.array([0.5, 0.25, 0.125])})
+    tracker.finish(run_id, {"ledger.json": b'{"a": 1}', "config.yaml": b"n: 3\n"}, rounds, "FINISHED")
+    client = MlflowClient(tracking_uri=uri)
+    assert {a.path for a in client.list_artifacts(run_id)} == {"ledger.json", "config.yaml", "rounds.parquet"}
+    (tmp_path / "d").mkdir()
+    assert open(client.download_artifacts(run_id, "ledger.json", str(tmp_path / "d")), "rb").read() == b'{"a": 1}'
+    logged = pd.read_parquet(client.download_artifacts(run_id, "rounds.parquet", str(tmp_path / "d")))
+    assert logged["excess_loss"].tolist() == [0.5, 0.25, 0.125] and set(logged["run_id"]) == {"run-a"}
+    assert client.get_run(run_id).info.status == "FINISHED"

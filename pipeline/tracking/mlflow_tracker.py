@@ -54,6 +54,14 @@ def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):].split("?", 1)[0]).resolve()
 
 
+def _local_folder(location: str) -> Path | None:
+    """The folder of an artifact location on this machine's file system (file:///…), else None."""
+    parsed = urlparse(location)
+    if parsed.scheme != "file" or parsed.netloc not in ("", "localhost"):
+        return None
+    return Path(urllib.request.url2pathname(parsed.path))
+
+
 def ui_command(uri: str) -> str:
     """The shell command that opens the MLflow UI on this store."""
     database = sqlite_path(uri)
@@ -182,12 +190,14 @@ class MlflowTracker:
                 self.experiment_id = self.client.create_experiment(
                     experiment, artifact_location=location,
                     tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING, SHARED_VIEW_TAG: SHARED_VIEW})
+                found = self.client.get_experiment(self.experiment_id)
             else:
                 self.experiment_id = found.experiment_id
                 if found.tags.get(EXPERIMENT_KIND_TAG, "") in _UNCHOSEN_KINDS:
                     self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING)
                 if found.tags.get(SHARED_VIEW_TAG) != SHARED_VIEW:
                     self.client.set_experiment_tag(self.experiment_id, SHARED_VIEW_TAG, SHARED_VIEW)
+            self._artifact_root = _local_folder(found.artifact_location)
         except Exception as err:  # MLflow raises many types; report them as one line
             raise ConfigError("tracking.mlflow_uri", uri, f"cannot open the MLflow store ({first_line(err)})") from None
 
@@ -275,8 +285,19 @@ class MlflowTracker:
             self.end(mlflow_run_id, status)
 
     def _log_files(self, mlflow_run_id: str, files: dict[str, bytes], rounds: ColumnTable | None = None) -> None:
-        """Uploads artifacts from a temporary local folder (MLflow logs local files)."""
+        """Writes a run's artifacts: into its artifact folder where the experiment keeps artifacts in a
+        local folder (as MLflow's local artifact repository would, without copying a temporary folder:
+        about 5 of a tiny run's 45 ms), else uploaded from a temporary local folder (MLflow logs files)."""
         if not files and rounds is None:
+            return
+        if self._artifact_root is not None:
+            # MLflow's layout of a run's artifacts: <the experiment's artifact location>/<run id>/artifacts.
+            folder = self._artifact_root / mlflow_run_id / "artifacts"
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, content in files.items():
+                (folder / name).write_bytes(content)
+            if rounds is not None:
+                write_frame(rounds, str(folder / "rounds.parquet"))
             return
         with tempfile.TemporaryDirectory(prefix="shuffle-sco-artifacts-") as folder:
             for name, content in files.items():
