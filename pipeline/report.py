@@ -232,26 +232,73 @@ def _split_label(key: str, value) -> str:
     return f"{key.split('.')[-1]}={value}"
 
 
-def _local_epsilon0(runs: pd.DataFrame) -> pd.Series:
-    """Each run's local budget ε0 from its ledger (OUT/artifacts/<run_id>/ledger.json): the sum of
-    one report's stream ε0 (the largest over the run's shuffle events); NaN where the ledger has
-    none (central or non-private protocols) or cannot be read."""
+def _ledgers(runs: pd.DataFrame) -> list[dict | None]:
+    """Each run's ledger (OUT/artifacts/<run_id>/ledger.json), None where it cannot be read."""
     from pipeline.tracking.location import open_location
 
-    def one(folder, run_id) -> float:
+    def one(folder, run_id) -> dict | None:
         try:
             location = open_location(str(folder), "DIR")
             with location.filesystem.open_input_stream(location.path("artifacts", run_id, "ledger.json")) as stream:
-                ledger = json.loads(stream.read())
-        except Exception:  # noqa: BLE001 (a missing or unreadable ledger leaves the column empty)
-            return math.nan
-        budgets = [sum(event["stream_epsilons"]) for event in ledger.get("events", []) if event.get("stream_epsilons")]
-        return max(budgets) if budgets else math.nan
+                return json.loads(stream.read())
+        except Exception:  # noqa: BLE001 (a missing or unreadable ledger leaves its columns empty)
+            return None
 
     if "results_folder" not in runs:
-        return pd.Series(math.nan, index=runs.index)
-    return pd.Series([one(folder, run_id) for folder, run_id in zip(runs["results_folder"], runs["run_id"])],
-                     index=runs.index, dtype=float)
+        return [None] * len(runs)
+    return [one(folder, run_id) for folder, run_id in zip(runs["results_folder"], runs["run_id"])]
+
+
+def _local_epsilon0(runs: pd.DataFrame) -> pd.Series:
+    """Each run's local budget ε0 from its ledger: the sum of one report's stream ε0 (the largest
+    over the run's shuffle events); NaN where the ledger has none (central or non-private
+    protocols) or cannot be read."""
+    def one(ledger: dict | None) -> float:
+        budgets = [sum(event["stream_epsilons"]) for event in (ledger or {}).get("events", [])
+                   if event.get("stream_epsilons")]
+        return max(budgets) if budgets else math.nan
+
+    return pd.Series([one(ledger) for ledger in _ledgers(runs)], index=runs.index, dtype=float)
+
+
+def shuffle_gain(runs: pd.DataFrame) -> pd.DataFrame:
+    """Seed 004 Fig 1(b)'s comparison as this project can state it (the report's shuffle_gain.csv):
+    for the runs of the shuffle Gaussian, the ε their ledger reports beside the ε the same reports
+    spend without the shuffler (pipeline.accounting.unshuffled): the runs are the same, so each
+    accuracy is reached at the first ε with the shuffler and at the second without.
+
+    Returns:
+      One row per (optimizer, accounting, target ε): epsilon (the ledgers' mean), epsilon_unshuffled,
+      ratio, and where the runs have held-out accuracy its mean over seeds and standard error;
+      empty without shuffle-Gaussian runs.
+    """
+    from pipeline.accounting.unshuffled import unshuffled_epsilon
+
+    shuffled = runs[runs["privacy.protocol"] == "shuffle_gaussian"] if "privacy.protocol" in runs else runs.iloc[:0]
+    if shuffled.empty:
+        return pd.DataFrame()
+    # One composition per distinct ledger: a grid point's seeds share theirs.
+    by_json: dict[str, float | None] = {}
+    unshuffled = []
+    for ledger in _ledgers(shuffled):
+        key = json.dumps(ledger, sort_keys=True)
+        if key not in by_json:
+            by_json[key] = None if ledger is None else unshuffled_epsilon(ledger)
+        unshuffled.append(by_json[key])
+    shuffled = shuffled.assign(epsilon_unshuffled=pd.Series(unshuffled, index=shuffled.index, dtype=float))
+    accuracy = "final_test_accuracy" in shuffled and shuffled["final_test_accuracy"].notna().any()
+    rows = []
+    for (optimizer, accounting, target), group in shuffled.groupby(["optimizer.name", "privacy.accounting",
+                                                                     "privacy.epsilon"]):
+        row = {"optimizer.name": optimizer, "privacy.accounting": accounting, "privacy.epsilon": target,
+               "epsilon": group["epsilon"].mean(), "epsilon_unshuffled": group["epsilon_unshuffled"].mean(),
+               "seeds": len(group)}
+        row["ratio"] = row["epsilon_unshuffled"] / row["epsilon"]
+        if accuracy:
+            row["accuracy"] = group["final_test_accuracy"].mean()
+            row["accuracy_se"] = group["final_test_accuracy"].std(ddof=1) / math.sqrt(len(group))
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def accuracy_summary(runs: pd.DataFrame) -> pd.DataFrame:
@@ -405,7 +452,8 @@ def build_report(out: str | Path, say: Callable[[str], None] = lambda line: None
       The files written (PNG figures, slopes.csv where n varies, and on datasets with held-out
       records accuracy_vs_epsilon.png and accuracy.csv: `accuracy_summary`, one panel
       per unit of privacy when the runs vary privacy.unit, and accounting_gain.csv where a method
-      ran under paper and tight accounting: `accounting_gain`; on datasets privacy_by_source.csv:
+      ran under paper and tight accounting: `accounting_gain`; shuffle_gain.csv for shuffle-Gaussian
+      runs: `shuffle_gain`; on datasets privacy_by_source.csv:
       what each table spent over its runs, `results.privacy_by_source`).
 
     Raises:
@@ -449,10 +497,11 @@ def build_report(out: str | Path, say: Callable[[str], None] = lambda line: None
         written.append(folder / "slopes.csv")
     else:  # no n varies: an earlier report's slopes are of other runs
         (folder / "slopes.csv").unlink(missing_ok=True)
-    gain = accounting_gain(runs) if "final_test_accuracy" in runs else pd.DataFrame()
-    if not gain.empty:
-        gain.to_csv(folder / "accounting_gain.csv", index=False)
-        written.append(folder / "accounting_gain.csv")
+    for name, table in (("accounting_gain", accounting_gain(runs) if "final_test_accuracy" in runs else None),
+                        ("shuffle_gain", shuffle_gain(runs))):
+        if table is not None and not table.empty:
+            table.to_csv(folder / f"{name}.csv", index=False)
+            written.append(folder / f"{name}.csv")
     from pipeline import results
 
     spent = results.privacy_by_source(runs)
