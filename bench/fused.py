@@ -1,6 +1,8 @@
 """Fused sequential rounds (pipeline.engine.fused) against the Python rounds they twin."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from bench.timing import best_times, full_gd_tree, planned_run, sized
 from pipeline.engine.fused import FusedRounds
 from pipeline.engine.shard import Shard
@@ -8,13 +10,17 @@ from pipeline.engine.shard import Shard
 DIM = 10
 # The fused runs timed, by the prefix of their metrics: (optimizer, protocol; None: the default,
 # cjmp_vec; problem).
-RUNS = {"seq": ("seq_sgd", None, "quadratic"), "agd": ("seq_agd", None, "quadratic"),
+# A plug-in's round, compiled from its own stages (issue 42 item 3): `momentum_vs_seq` is its fused round over
+# seq_sgd's, the built-in it extends.
+MOMENTUM = str(Path(__file__).resolve().parent.parent / "experiments" / "plugins" / "momentum_sgd.py") + ":MomentumSGD"
+RUNS = {"seq": ("seq_sgd", None, "quadratic"), "momentum": (MOMENTUM, None, "quadratic"),
+        "agd": ("seq_agd", None, "quadratic"),
         "gauss": ("seq_sgd", "shuffle_gaussian", "quadratic"), "local": ("seq_sgd", "local_l2", "quadratic"),
         "girgis": ("seq_sgd", "girgis_l2", "quadratic"), "smoothed": ("seq_agd_smoothed", None, "absolute")}
 
 
 def run(size: str = "quick") -> dict[str, float]:
-    """seq_sgd and seq_agd with cjmp_vec, and seq_sgd with shuffle_gaussian, local_l2 and girgis_l2, on
+    """seq_sgd, the momentum plug-in and seq_agd with cjmp_vec, and seq_sgd with shuffle_gaussian, local_l2 and girgis_l2, on
     the quadratic (d = 10, ε = 1, tight: rounds of 51 users for seq_sgd with cjmp_vec), and
     seq_agd_smoothed with cjmp_vec on the absolute problem (the Moreau envelope's gradients, the
     finite support's losses), one shard holding every user: the same rounds fused and in Python
@@ -60,4 +66,5 @@ def run(size: str = "quick") -> dict[str, float]:
             results["fused_users_drawn_share"] = times["draw"] / times["fused"]
             results["numpy_draw_vs_compiled"] = times["numpy_draw"] / times["draw"]
     results["fused_vs_python"] = results.pop("seq_fused_vs_python")  # the name earlier runs reported
+    results["momentum_vs_seq"] = results["momentum_round_us_fused"] / results["seq_round_us_fused"]
     return results

@@ -501,3 +501,44 @@ def test_a_grid_through_the_cli_writes_the_python_rounds_losses(tmp_path, new_ml
     assert len(rounds) == len(records) == 30_000 // _job(tree).optimizer.batch_size
     assert np.array_equal(rounds["excess_loss"].to_numpy(), [record.excess_loss for record in records])
     assert np.array_equal(rounds["population_loss"].to_numpy(), [record.population_loss for record in records])
+
+
+MOMENTUM = "experiments/plugins/momentum_sgd.py:MomentumSGD"
+
+
+@pytest.mark.parametrize("protocol", ["cjmp_vec", "shuffle_gaussian"])
+@pytest.mark.parametrize("momentum", [0.5, 0.9])
+def test_a_plug_in_optimizers_stages_run_compiled_bit_for_bit(protocol, momentum):
+    """Issue 42 item 3: experiments/plugins/momentum_sgd.py states its round as three stage
+    functions written in the plug-in (Optimizer.compiled_update); with no package edit its rounds
+    are fused, and every round equals its numpy `update` round bit for bit."""
+    job = _job(_tree(n_users=3_000, dim=3, block_size=256, batch_size=50, protocol=protocol, name=MOMENTUM,
+                     momentum=momentum))
+    assert type(job.optimizer).__name__ == "MomentumSGD" and fused.fusable(job)
+    fused_state, fused_records = _rounds(job, 1, fused_path=True)
+    python_state, python_records = _rounds(job, 1, fused_path=False)
+    assert len(fused_records) == job.schedule.rounds - 1 > 50
+    assert [_bits(record) for record in fused_records] == [_bits(record) for record in python_records]
+    for fused_vector, python_vector in zip(fused_state[:-1], python_state[:-1]):
+        assert np.array_equal(fused_vector, python_vector)
+    assert fused_state.steps == python_state.steps
+
+
+ADAGRAD_NORM = "experiments/plugins/adagrad_norm.py:AdaGradNorm"
+
+
+@pytest.mark.parametrize("protocol", ["cjmp_vec", "central_gaussian"])
+def test_an_update_written_once_runs_the_same_in_python_and_compiled(protocol):
+    """Issue 42 item 3: experiments/plugins/adagrad_norm.py's numpy `update` runs its own stage
+    functions; the fused rounds compile the same functions: the two paths agree bit for bit, and
+    the step size adapts (b²_t grows by ‖ḡ‖² a round)."""
+    job = _job(_tree(n_users=3_000, dim=3, block_size=256, batch_size=50, protocol=protocol, name=ADAGRAD_NORM,
+                     initial_accumulator=0.5))
+    assert fused.fusable(job)
+    fused_state, fused_records = _rounds(job, 1, fused_path=True)
+    python_state, python_records = _rounds(job, 1, fused_path=False)
+    assert [_bits(record) for record in fused_records] == [_bits(record) for record in python_records]
+    for fused_vector, python_vector in zip(fused_state[:-1], python_state[:-1]):
+        assert np.array_equal(fused_vector, python_vector)
+    assert fused_state.steps == python_state.steps == job.schedule.rounds
+    assert fused_state.accumulator[0] > 0.5 and np.all(fused_state.accumulator == fused_state.accumulator[0])

@@ -380,3 +380,36 @@ def test_a_relative_plugin_file_is_found_in_each_working_directory(tmp_path, mon
         monkeypatch.chdir(tmp_path / folder)
         found.append(plugins.resolve("problem", "mine.py:Mine").marker)
     assert found == [1, 2, 1]
+
+
+def test_plug_in_optimizers_run_compiled_on_ray_actors_as_in_process(tmp_path, monkeypatch, ray_session):
+    """The momentum and AdaGrad-Norm plug-ins on the quadratic run fused (their own stages, compiled
+    from a file the package never names: Optimizer.compiled_update); shipped by value to 2 Ray shard
+    actors, their rounds are the in-process run's, bit for bit."""
+    adagrad = "experiments/plugins/adagrad_norm.py:AdaGradNorm"
+    for name in (MOMENTUM, adagrad):
+        (run,) = config.expand({"problem": {"name": "quadratic", "dim": 3}, "n_users": 1500, "optimizer": {"name": name},
+                                "privacy": {"epsilon": 2.0, "delta": 1e-6}})
+        assert engine.compiles(planning.plan_run(run).job)
+    path = tmp_path / "compiled_plugins.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        experiment: compiled-plugins
+        problem: {{name: quadratic, dim: 3, radius: 1.0}}
+        n_users: 1500
+        optimizer: {{name: seq_sgd}}
+        privacy: {{protocol: central_gaussian, epsilon: 2.0, delta: 1.0e-6, accounting: tight}}
+        seeds: [0]
+        grid: {{optimizer.name: ["{MOMENTUM}", "{adagrad}"]}}
+        execution: {{block_size: 256}}
+        """))
+    frames = []
+    for backend, shards in (("local", 1), ("ray", 2)):
+        out = tmp_path / backend
+        assert cli.main(["run", str(path), "--out", str(out), "--set", f"execution.backend={backend}",
+                         "--set", f"execution.shards={shards}", "--set",
+                         f"tracking.mlflow_uri=sqlite:///{tmp_path}/m.db"]) == 0
+        runs = pd.read_parquet(out / "runs.parquet")
+        assert (runs["status"] == FINISHED).all() and len(runs) == 2
+        rounds = pd.read_parquet(out / "rounds.parquet").merge(runs[["run_id", "optimizer.name"]], on="run_id")
+        frames.append(rounds.sort_values(["optimizer.name", "round"])["excess_loss"].to_numpy())
+    assert len(frames[0]) > 20 and frames[0].tobytes() == frames[1].tobytes()

@@ -34,7 +34,7 @@ def _exact_renyi(rate: float, shift: float, sigma: float, order: float) -> float
     peak = scipy.optimize.minimize_scalar(lambda x: -log_integrand(x), bracket=(-10 * sigma, 10 * sigma)).x
     top = log_integrand(peak)
     scaled, _ = scipy.integrate.quad(lambda x: math.exp(log_integrand(x) - top), peak - 40 * sigma, peak + 40 * sigma,
-                                     epsabs=0.0, epsrel=1e-12, limit=400)
+                                     epsabs=0.0, epsrel=1e-10, limit=400)
     log_moment = top + math.log(scaled)
     return np.logaddexp(math.log1p(-rate) if rate < 1.0 else -np.inf, math.log(rate) + log_moment) / (order - 1.0)
 

@@ -13,11 +13,14 @@ import sys
 from pipeline import config, engine, planning
 
 # (problem, optimizer, protocol, accounting): one job a kernel or a variant of its arguments'
-# types, the slowest to compile first.
+# types, the slowest to compile first. A round kernel is compiled per (protocol, optimizer's stages).
 JOBS = (
-    ("quadratic", "seq_sgd", "cjmp_vec", "tight"),            # rounds_pvec, quadratic_users
+    ("quadratic", "seq_sgd", "cjmp_vec", "tight"),            # rounds_pvec, averaged stages, quadratic_users
     ("quadratic", "seq_sgd", "girgis_l2", "paper"),           # rounds_girgis
     ("quadratic", "seq_sgd", "shuffle_gaussian", "tight"),    # rounds_sum
+    ("quadratic", "seq_agd", "cjmp_vec", "tight"),            # rounds_pvec, AC-SA stages
+    ("quadratic", "seq_agd", "shuffle_gaussian", "tight"),    # rounds_sum, AC-SA stages
+    ("quadratic", "pnsgd", "central_gaussian", "tight"),      # rounds_sum, last-iterate stages
     ("quadratic", "full_gd", "cjmp_vec", "tight"),            # blocks_pvec
     ("quadratic", "full_gd", "local_l2", "tight"),            # blocks_sum
     ("quadratic", "seq_sgd", "cjmp_vec", "paper"),

@@ -14,6 +14,10 @@ with η Theorem 4.1's step size: the (1 − μ) keeps the effective step of a
 constant gradient equal to η. The output is the average of θ_0..θ_{T−1}, as
 P_SGD's. Momentum is post-processing of the analyzer's estimates, so privacy
 is unchanged; Theorem 4.1's rate is not claimed for μ > 0.
+
+Its rounds run compiled, as the built-in optimizers' do: `compiled_update` names three stage
+functions written here, which the engine compiles into its round loop (cached by numba, keyed
+by this file's source). Nothing in the package names this file.
 """
 from __future__ import annotations
 
@@ -22,8 +26,11 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from pipeline.optimizers.averaged import point_query
+from pipeline.optimizers.base import STATE_FUNCTIONS, CompiledUpdate
 from pipeline.optimizers.seq_sgd import SeqSGD
 from pipeline.options import Option, real
+from pipeline.twins import keeps_twin
 
 
 class MomentumState(NamedTuple):
@@ -75,3 +82,35 @@ class MomentumSGD(SeqSGD):
 
     def hyperparameters(self) -> dict[str, float | int]:
         return {**super().hyperparameters(), "momentum": self.momentum}
+
+    def compiled_update(self) -> CompiledUpdate | None:
+        """Its round compiled (the stages below): no package edit, the kernel is built from them."""
+        if not keeps_twin(self, "compiled_update", STATE_FUNCTIONS):
+            return None
+        return CompiledUpdate(point_query, momentum_step, momentum_release, (self.step_size, self.momentum), 2)
+
+
+# The compiled round's stages (pipeline.optimizers.base.CompiledUpdate), in numba's subset, the same
+# float operations in the same order as `update` and `output`: state (θ, v, Σθ, t), extra = [v, Σθ].
+
+def momentum_step(constants, theta, extra, steps, mean, out):
+    """θ − η(1 − μ)(μv + ḡ), before the projection."""
+    rate, momentum = constants[0], constants[1]
+    factor = rate * (1.0 - momentum)
+    for coordinate in range(theta.size):
+        out[coordinate] = theta[coordinate] - factor * (momentum * extra[0, coordinate] + mean[coordinate])
+
+
+def momentum_release(constants, theta, extra, steps, mean, projected, released):
+    """Releases (Σθ + θ)/(t + 1), then advances (θ, v, Σθ, t) to (π(step), μv + ḡ, Σθ + θ, t + 1)."""
+    momentum = constants[1]
+    for coordinate in range(theta.size):
+        released[coordinate] = (extra[1, coordinate] + theta[coordinate]) / (steps[0] + 1)
+        if not np.isfinite(released[coordinate]):
+            return False
+    steps[0] += 1
+    for coordinate in range(theta.size):
+        extra[0, coordinate] = momentum * extra[0, coordinate] + mean[coordinate]
+        extra[1, coordinate] = extra[1, coordinate] + theta[coordinate]
+        theta[coordinate] = projected[coordinate]
+    return True

@@ -196,20 +196,21 @@ class FusedRounds:
             began = time.perf_counter()  # the wait for the users' draw counts in the rounds' time
             data, data_first = self._window(first_user, first_user + (end - round_index) * batch, last_user)
             optimizer, running = job.optimizer.stepping(state)  # a window's rounds are in one group: one phase
-            rule = optimizer.compiled_update()
+            update = optimizer.compiled_update()
             theta, steps = running[0].copy(), np.array([running[-1]], np.int64)
-            other = running[1].copy() if rule.second else np.zeros_like(theta)
+            # The state's vectors between θ and t (CompiledUpdate): rows of one array the stages update in place.
+            extra = np.array(running[1:1 + update.vectors], np.float64).reshape(update.vectors, problem.dim)
             params = job.protocol.planned(schedule.plan(round_index), problem.dim)
             excess, population = np.empty(end - round_index), np.empty(end - round_index)
-            window = (theta, other, steps, data, data_first, self._key, self._counter)
+            window = (theta, extra, steps, data, data_first, self._key, self._counter)
             rounds = (round_index, end - round_index, first_user, batch, job.block_size, chunk_users(problem.dim))
             # π is the ball's (ball_projection) for every problem with a twin; an envelope's is its base's
-            step = (getattr(self._kernel, rule.rule), rule.rate, problem.unsmoothed.radius,
-                    self._problem(group.smoothing), excess, population)
+            step = (tuple(map(float, update.constants)), problem.unsmoothed.radius, self._problem(group.smoothing),
+                    excess, population)
             encoding = job.protocol.fused_encoding(params)
-            done = getattr(self._kernel, encoding.kernel)(*window, self._noise_counter, self._generator, *rounds,
-                                                          *encoding, *step)
-            running = type(running)(*((theta, other) if rule.second else (theta,)), int(steps[0]))
+            done = self._kernel.round_kernel(encoding.kernel, update)(*window, self._noise_counter, self._generator,
+                                                                      *rounds, *encoding, *step)
+            running = type(running)(theta, *extra, int(steps[0]))
             state = job.optimizer.advanced(state, running, done)
             seconds = (time.perf_counter() - began) / max(done, 1)
             firsts = np.arange(first_user, first_user + done * batch, batch, dtype=np.int64)

@@ -1,15 +1,17 @@
 """The compiled body of the fused rounds (pipeline.engine.fused, fused_interactive): numpy's
 Philox4x64-10 generator, its uniforms, 32-bit and bounded integers, normals and binomial
 sampler, bit for bit; the users of the quadratic, Bernoulli and finite-support problems
-drawn from it; one window of sequential rounds (P_SGD's averaged steps, P_AGD's AC-SA or
-PNSGD's last iterate) with P_vec, a sum protocol or Girgis's randomizers, on the gradients of
-a problem with a twin (pipeline.problems.base.CompiledProblem); and one fully interactive round's
-P_vec or sum protocol over a shard's blocks, operation for operation as the Python path.
+drawn from it; one window of sequential rounds with P_vec, a sum protocol or Girgis's
+randomizers, on the gradients of a problem with a twin (pipeline.problems.base.CompiledProblem),
+stepped by an optimizer's stages (Optimizer.compiled_update: the built-ins' and a plug-in's,
+written in their own files; round_kernel); and one fully interactive round's P_vec or sum
+protocol over a shard's blocks, operation for operation as the Python path.
 
 Each step names the reference it reproduces. numba compiles at first use and caches the
-machine code next to this file (or under NUMBA_CACHE_DIR). Its cache is keyed by this
-file alone, not by what it calls: the generator lives here too, so that an edit to it
-can never leave a cached kernel built from the old one.
+machine code next to this file (or under NUMBA_CACHE_DIR). Its cache is keyed by the file
+that defines a kernel, not by what it calls: the generator lives here too, so that an edit to
+it can never leave a cached kernel built from the old one, and a round kernel's key holds a
+hash of its stages' files (round_kernel). This is the one module that imports numba.
 
 The generator's state is one uint64 array of STATE_WORDS words, as numpy's
 `philox_state`: the counter (4), the key (2), the buffer of the last block's four outputs
@@ -18,6 +20,11 @@ The generator's state is one uint64 array of STATE_WORDS words, as numpy's
 numbers: as easy as 1, 2, 3" (SC 2011); numpy increments the counter before each block.
 """
 from __future__ import annotations
+
+import hashlib
+import inspect
+import marshal
+from pathlib import Path
 
 import numpy as np
 from llvmlite import ir
@@ -675,10 +682,6 @@ def _summed_chunk(problem, query, data, column, users, state, norm_bound, user_n
     return True
 
 
-# The optimizer's step rule (Optimizer.compiled_update): its state is (θ, a second vector, a step count).
-AVERAGED, ACSA, LAST = 0, 1, 2
-
-
 @njit(cache=True)
 def _hadamard(values, spare, size, columns):
     """girgis._fwht along the first axis of values (size × columns, row-major), in place: the
@@ -817,37 +820,11 @@ def _girgis_estimate(hist, users, kind, dim, coded, width, levels, ball, clip_ra
         estimate[:] = sums[:dim]
 
 
-@njit(cache=True)
-def _query(rule, alpha, theta, other, query):
-    """The round's query: θ (AVERAGED, LAST); αθ + (1 − α)θ^ag (ACSA: SeqAGD.query)."""
-    for coordinate in range(theta.size):
-        if rule == ACSA:
-            query[coordinate] = alpha * theta[coordinate] + (1.0 - alpha) * other[coordinate]
-        else:
-            query[coordinate] = theta[coordinate]
-
-
-@njit(cache=True)
-def _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, step, released, squares):
-    """The optimizer's update from the analyzer's estimated sum, in place on (θ, other, t);
-    False, the state untouched, if the estimate or the released model is not finite (the
-    Python round then raises).
-
-    AVERAGED, state (θ, Σθ, t) (AveragedProjectedDescent): θ ← π(θ − rate·ḡ); released
-    (Σθ + θ)/(t + 1), the average before the step. ACSA, state (θ, θ^ag, t) (SeqAGD, AC-SA):
-    θ ← π(θ − ḡ/L_t) with L_t = rate/(t + 1) (SeqAGD.curvature); released θ^ag ← αθ + (1 − α)θ^ag.
-    LAST, state (θ, unused, t) (PNSGD): θ ← π(θ − rate·ḡ), released θ itself.
-    π is problems.base.ball_projection, its norm numpy's pairwise sum of the squares.
-    """
-    dim = theta.size
-    for coordinate in range(dim):
-        if not np.isfinite(estimate[coordinate]):
-            return False
-        mean = estimate[coordinate] / batch
-        if rule == ACSA:
-            step[coordinate] = theta[coordinate] - mean / (rate / (steps[0] + 1))
-        else:
-            step[coordinate] = theta[coordinate] - rate * mean
+@register_jitable
+def _project(step, radius, squares):
+    """π onto the problem's ball, in place (problems.base.ball_projection; for every problem with a
+    twin, an envelope's is its base's): its norm numpy's pairwise sum of the squares."""
+    dim = step.size
     for coordinate in range(dim):
         squares[coordinate] = step[coordinate] * step[coordinate]
     norm = np.sqrt(pairwise_sum(squares, 0, dim))
@@ -855,21 +832,6 @@ def _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, st
         shrink = radius / norm
         for coordinate in range(dim):
             step[coordinate] *= shrink
-    for coordinate in range(dim):
-        if rule == ACSA:
-            released[coordinate] = alpha * step[coordinate] + (1.0 - alpha) * other[coordinate]
-        elif rule == LAST:
-            released[coordinate] = step[coordinate]
-        else:
-            released[coordinate] = (other[coordinate] + theta[coordinate]) / (steps[0] + 1)
-        if not np.isfinite(released[coordinate]):
-            return False
-    steps[0] += 1
-    for coordinate in range(dim):
-        if rule != LAST:  # LAST has no second vector
-            other[coordinate] = released[coordinate] if rule == ACSA else other[coordinate] + theta[coordinate]
-        theta[coordinate] = step[coordinate]
-    return True
 
 
 @njit(cache=True)
@@ -920,35 +882,36 @@ def _segment(user, stop_user, block_size, round_index, key, counter, state):
     return min(stop_user, (block + 1) * block_size)
 
 
-def _round_loop(segment, analyzer):
+def _round_loop(segment, analyzer, query_stage, step_stage, release_stage):
     """A window of sequential rounds (Shard.python_rounds) whose protocol encodes each block's
-    part of a round with `segment` and turns the round's encoding into the estimated sum
-    with `analyzer`; the kernels below differ only in those two and their work arrays.
+    part of a round with `segment` and turns the round's encoding into the estimated sum with
+    `analyzer`, and whose optimizer's round is its three stages (Optimizer.compiled_update).
 
-    Per round: the query (_query); each block's part of the batch encoded from the stream
+    Per round: the query (query_stage); each block's part of the batch encoded from the stream
     (ROUND_STREAM, round, block) (`counter`: that stream's first counter, any round and block):
     segment(encoding, work, problem, query, data, first, stop, chunk, state) for data columns
     [first, stop), chunk by chunk, the gradients the `problem`'s (_gradients), False on a
-    non-finite value; analyzer(encoding, work,
-    round, batch, key, noise_counter, state, estimate), which also clears the round's encoding,
-    False if it cannot; the update (_advance, `rule` and `rate`, in place on the optimizer's
-    state (θ, other, t)); the released model's losses (_losses) into excess and population.
-    It returns how many rounds ran: `count`, or the first round that failed.
+    non-finite value; analyzer(encoding, work, round, batch, key, noise_counter, state,
+    estimate), which also clears the round's encoding, False if it cannot; the mean ḡ =
+    estimate/batch (False if not finite), step_stage, the projection (_project), release_stage
+    (in place on the optimizer's state (θ, extra, t); False if not finite); the released
+    model's losses (_losses) into excess and population. It returns how many rounds ran:
+    `count`, or the first round that failed (the Python round then says why).
 
-    A factory of register_jitable functions (as _ziggurat), each called from a cached kernel:
-    numba cannot take the protocol's functions as arguments of a cached kernel.
+    A factory of register_jitable functions (as _ziggurat), called from a cached kernel
+    (round_kernel): numba cannot take functions as arguments of a cached kernel.
     """
 
     @register_jitable
-    def rounds(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count, first_user,
-               batch, block_size, chunk, encoding, work, rule, rate, radius, problem, excess, population):
+    def rounds(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count, first_user,
+               batch, block_size, chunk, encoding, work, constants, radius, problem, excess, population):
         dim = theta.size
-        query, estimate, step, released = np.empty(dim), np.empty(dim), np.empty(dim), np.empty(dim)
+        query, estimate, mean = np.empty(dim), np.empty(dim), np.empty(dim)
+        step, released = np.empty(dim), np.empty(dim)
         squares = np.empty(dim)  # what pairwise_sum adds: numpy squares a vector first, then sums it
         for done in range(count):
             round_index = start + done
-            alpha = 2.0 / (steps[0] + 2)  # ACSA's
-            _query(rule, alpha, theta, other, query)
+            query_stage(constants, theta, extra, steps, query)
             user = first_user + done * batch
             stop_user = user + batch
             while user < stop_user:
@@ -959,7 +922,13 @@ def _round_loop(segment, analyzer):
                 user = segment_stop
             if not analyzer(encoding, work, round_index, batch, key, noise_counter, state, estimate):
                 return done
-            if not _advance(rule, rate, alpha, theta, other, steps, estimate, batch, radius, step, released, squares):
+            for coordinate in range(dim):
+                if not np.isfinite(estimate[coordinate]):
+                    return done
+                mean[coordinate] = estimate[coordinate] / batch
+            step_stage(constants, theta, extra, steps, mean, step)
+            _project(step, radius, squares)
+            if not release_stage(constants, theta, extra, steps, mean, step, released):
                 return done
             excess[done], population[done] = _losses(problem, released, squares)
         return count
@@ -1002,24 +971,28 @@ def _pvec_work(dim, chunk):
             np.empty(dim * chunk, np.int64), np.zeros(dim, np.int64))
 
 
-_pvec_rounds = _round_loop(_pvec_segment, _pvec_analyzer)
+def _pvec_kernel(rounds, tag):
+    """The cached kernel of `rounds` (_round_loop) with P_vec (round_kernel)."""
 
+    @njit(cache=True, nogil=True)  # nogil: the next block's users are drawn meanwhile (fused.FusedRounds)
+    def rounds_pvec(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count,
+                    first_user, batch, block_size, chunk, scale_bound, bound, top, b_noise, p, whole, fraction,
+                    decode_scale, shift, constants, radius, problem, excess, population):
+        """Rounds [start, start + count) with P_vec (cjmp_vec), as _round_loop runs them
+        (`noise_counter` is unused: P_vec has no curator's noise).
 
-@njit(cache=True, nogil=True)  # nogil: the next block's users are drawn meanwhile (fused.FusedRounds)
-def rounds_pvec(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count,
-                first_user, batch, block_size, chunk, scale_bound, bound, top, b_noise, p, whole, fraction,
-                decode_scale, shift, rule, rate, radius, problem, excess, population):
-    """Rounds [start, start + count) with P_vec (cjmp_vec), as _round_loop runs them
-    (`noise_counter` is unused: P_vec has no curator's noise).
+        Returns:
+          How many rounds ran: `count`, or the first round with a non-finite value.
+        """
+        if tag < 0:  # never: the stages' sources key numba's cache (round_kernel)
+            return 0
+        work = _pvec_work(theta.size, chunk)
+        return rounds(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count,
+                      first_user, batch, block_size, chunk,
+                      (scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift), work, constants,
+                      radius, problem, excess, population)
 
-    Returns:
-      How many rounds ran: `count`, or the first round with a non-finite value.
-    """
-    work = _pvec_work(theta.size, chunk)
-    return _pvec_rounds(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count,
-                        first_user, batch, block_size, chunk,
-                        (scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift), work, rule, rate,
-                        radius, problem, excess, population)
+    return rounds_pvec
 
 
 @register_jitable
@@ -1070,26 +1043,30 @@ def _sum_work(dim, chunk, user_noise, local_reports):
     return np.empty(dim * chunk), np.empty(chunk), local_work, np.empty(dim), np.zeros(dim, np.int64), np.empty(dim)
 
 
-_sum_rounds = _round_loop(_sum_segment, _sum_analyzer)
+def _sum_kernel(rounds, tag):
+    """The cached kernel of `rounds` (_round_loop) with a sum protocol (round_kernel)."""
 
+    @njit(cache=True, nogil=True)
+    def rounds_sum(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count, first_user,
+                   batch, block_size, chunk, norm_bound, quantum, user_noise, central_noise, sigma, local_reports,
+                   agreement, report_norm, constants, radius, problem, excess, population):
+        """Rounds [start, start + count) with a sum protocol (sums.SumProtocol: `none`,
+        `central_gaussian`, `shuffle_gaussian`, `local_l2`), as _round_loop runs them: per block
+        the chunks' reports (σ = `sigma` per user with `user_noise`, Duchi et al.'s reports with
+        `local_reports`) in fixed point, blocks added exactly, and the curator's noise.
 
-@njit(cache=True, nogil=True)
-def rounds_sum(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count, first_user,
-               batch, block_size, chunk, norm_bound, quantum, user_noise, central_noise, sigma, local_reports,
-               agreement, report_norm, rule, rate, radius, problem, excess, population):
-    """Rounds [start, start + count) with a sum protocol (sums.SumProtocol: `none`,
-    `central_gaussian`, `shuffle_gaussian`, `local_l2`), as _round_loop runs them: per block
-    the chunks' reports (σ = `sigma` per user with `user_noise`, Duchi et al.'s reports with
-    `local_reports`) in fixed point, blocks added exactly, and the curator's noise.
+        Returns:
+          How many rounds ran: `count`, or the first round with a non-finite value or a fixed-point overflow.
+        """
+        if tag < 0:  # never: the stages' sources key numba's cache (round_kernel)
+            return 0
+        work = _sum_work(theta.size, chunk, user_noise, local_reports)
+        return rounds(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count,
+                      first_user, batch, block_size, chunk,
+                      (norm_bound, quantum, user_noise, central_noise, sigma, local_reports, agreement, report_norm),
+                      work, constants, radius, problem, excess, population)
 
-    Returns:
-      How many rounds ran: `count`, or the first round with a non-finite value or a fixed-point overflow.
-    """
-    work = _sum_work(theta.size, chunk, user_noise, local_reports)
-    return _sum_rounds(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count,
-                       first_user, batch, block_size, chunk,
-                       (norm_bound, quantum, user_noise, central_noise, sigma, local_reports, agreement, report_norm),
-                       work, rule, rate, radius, problem, excess, population)
+    return rounds_sum
 
 
 @register_jitable
@@ -1115,30 +1092,86 @@ def _girgis_analyzer(encoding, work, round_index, batch, key, noise_counter, sta
     return True
 
 
-_girgis_rounds = _round_loop(_girgis_segment, _girgis_analyzer)
+def _girgis_kernel(rounds, tag):
+    """The cached kernel of `rounds` (_round_loop) with Girgis's randomizers (round_kernel)."""
+
+    @njit(cache=True, nogil=True)
+    def rounds_girgis(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count,
+                      first_user, batch, block_size, chunk, kind, coded, width, levels, messages, ball, clip_radius,
+                      hadamard, flips, weights, signs, constants, radius, problem, excess, population):
+        """Rounds [start, start + count) with Girgis's linf, l2 or l1 randomizer (multi_message's
+        girgis_linf, girgis_l2, girgis_l1: `kind`), as _round_loop runs them (`noise_counter` is
+        unused): per block the chunks' messages counted in the round's histograms (_girgis_chunk),
+        then the analyzer (_girgis_estimate).
+
+        Returns:
+          How many rounds ran: `count`, or the first round with a non-finite value.
+        """
+        if tag < 0:  # never: the stages' sources key numba's cache (round_kernel)
+            return 0
+        dim = theta.size
+        rows, padded = max(coded, dim), coded if kind == _L1 else messages * width  # girgis.statistic_shape
+        work = (np.empty(dim * chunk), np.empty(chunk), np.empty(rows * chunk), np.empty(rows * chunk),
+                np.empty(max(messages, 1) * chunk, np.int64), np.zeros((levels, padded, 2), np.int64),
+                np.empty(max(padded, coded)), np.empty(max(padded, coded)))
+        return rounds(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count,
+                      first_user, batch, block_size, chunk,
+                      (kind, coded, width, levels, messages, ball, clip_radius, hadamard, flips, weights, signs),
+                      work, constants, radius, problem, excess, population)
+
+    return rounds_girgis
 
 
-@njit(cache=True, nogil=True)
-def rounds_girgis(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count, first_user,
-                  batch, block_size, chunk, kind, coded, width, levels, messages, ball, clip_radius, hadamard, flips,
-                  weights, signs, rule, rate, radius, problem, excess, population):
-    """Rounds [start, start + count) with Girgis's linf, l2 or l1 randomizer (multi_message's
-    girgis_linf, girgis_l2, girgis_l1: `kind`), as _round_loop runs them (`noise_counter` is
-    unused): per block the chunks' messages counted in the round's histograms (_girgis_chunk),
-    then the analyzer (_girgis_estimate).
+# --- the rounds of a protocol's kernel with an optimizer's stages ----------------------------
+
+# A protocol's kernel (its fused_encoding's `kernel`) → its segment, analyzer and cached entry.
+_KERNELS = {"rounds_pvec": (_pvec_segment, _pvec_analyzer, _pvec_kernel),
+            "rounds_sum": (_sum_segment, _sum_analyzer, _sum_kernel),
+            "rounds_girgis": (_girgis_segment, _girgis_analyzer, _girgis_kernel)}
+_BUILT: dict = {}  # (kernel, stages) → its compiled rounds, for this process
+_REGISTERED: set = set()  # the stage functions numba compiles when a kernel calls them
+
+
+def _source_tag(functions) -> int:
+    """A hash of the files that define `functions` (an optimizer's stages): numba keys a cached
+    kernel by the file that defines it, not by what it calls, so the stages' own sources join
+    its key, and an edit to them (or to a helper in their files) compiles the kernel again. A
+    stage shipped by value to a Ray node without its file is hashed by its bytecode instead."""
+    digest, seen = hashlib.sha256(), set()
+    for function in functions:
+        try:
+            path = inspect.getsourcefile(function)
+            if path not in seen:
+                seen.add(path)
+                digest.update(Path(path).read_bytes())
+        except (OSError, TypeError):
+            digest.update(marshal.dumps(function.__code__))
+    return int(digest.hexdigest()[:15], 16)
+
+
+def round_kernel(kind: str, update):
+    """The compiled rounds of a protocol's kernel with an optimizer's stages (CompiledUpdate):
+    built once per process, cached on disk by numba (keyed by this file and the stages' files).
+
+    Args:
+      kind: the protocol's kernel, its fused_encoding's `kernel` ("rounds_pvec", "rounds_sum",
+        "rounds_girgis").
+      update: the optimizer's CompiledUpdate.
 
     Returns:
-      How many rounds ran: `count`, or the first round with a non-finite value.
+      A compiled function of (θ, extra, steps, …, the protocol's constants, update.constants,
+      radius, problem, excess, population) → rounds run.
     """
-    dim = theta.size
-    rows, padded = max(coded, dim), coded if kind == _L1 else messages * width  # girgis.statistic_shape
-    work = (np.empty(dim * chunk), np.empty(chunk), np.empty(rows * chunk), np.empty(rows * chunk),
-            np.empty(max(messages, 1) * chunk, np.int64), np.zeros((levels, padded, 2), np.int64),
-            np.empty(max(padded, coded)), np.empty(max(padded, coded)))
-    return _girgis_rounds(theta, other, steps, data, data_first, key, counter, noise_counter, state, start, count,
-                          first_user, batch, block_size, chunk,
-                          (kind, coded, width, levels, messages, ball, clip_radius, hadamard, flips, weights, signs),
-                          work, rule, rate, radius, problem, excess, population)
+    stages = (update.query, update.step, update.release)
+    key = (kind, *stages)
+    if key not in _BUILT:
+        for stage in stages:
+            if stage not in _REGISTERED:
+                register_jitable(stage)
+                _REGISTERED.add(stage)
+        segment, analyzer, entry = _KERNELS[kind]
+        _BUILT[key] = entry(_round_loop(segment, analyzer, *stages), _source_tag(stages))
+    return _BUILT[key]
 
 
 def _block_loop(segment):

@@ -67,17 +67,35 @@ STATE_FUNCTIONS = ("init", "start", "query", "update", "output")
 
 
 class CompiledUpdate(NamedTuple):
-    """An optimizer's update as the compiled rounds take it (pipeline.engine.fused_kernel._advance).
+    """An optimizer's round as the compiled rounds run it: three stage functions, written once in
+    the optimizer's own module in numba's subset of Python (loops over coordinates, no numpy
+    calls beyond np.isfinite and np.sqrt), which the one compiling module compiles into its
+    round loop (pipeline.engine.fused_kernel.round_kernel); a plug-in's compile the same way,
+    with no package edit.
+
+    The state they share is the optimizer's state tuple (θ, v_1, …, v_k, t) as arrays: θ and a
+    (k, d) array `extra` of the vectors between (k = 0 for (θ, t)), and steps = [t]. Each round:
+
+      query(constants, theta, extra, steps, out): the point the users' gradients are taken at;
+      step(constants, theta, extra, steps, mean, out): the next θ before projection, from the
+        round's mean gradient (the analyzer's sum over the batch, every coordinate finite);
+      release(constants, theta, extra, steps, mean, projected, released) -> bool: after the
+        engine projects the step onto the problem's ball (π, its norm numpy's pairwise sum),
+        the released model (whose losses the round reports) into `released`, then the state
+        advanced in place (θ ← projected, the vectors, t + 1); False, the state untouched, if
+        the released model is not finite.
 
     Attributes:
-      rule: the kernel's rule: "AVERAGED" (state (θ, Σθ, t)), "ACSA" ((θ, θ^ag, t)) or "LAST" ((θ, t)).
-      rate: the rule's constant: η (AVERAGED, LAST) or L_t·(t + 1) (ACSA).
-      second: whether the state holds a second vector.
+      query, step, release: the stage functions.
+      constants: the floats they read (a step size, a curvature scale, a momentum).
+      vectors: k, the state's vectors between θ and t.
     """
 
-    rule: str
-    rate: float
-    second: bool = True
+    query: Callable
+    step: Callable
+    release: Callable
+    constants: tuple[float, ...]
+    vectors: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -403,9 +421,10 @@ class Optimizer(abc.ABC):
         hidden constant taken as 1 (see pipeline.optimizers.theory)."""
 
     def compiled_update(self) -> CompiledUpdate | None:
-        """This optimizer's update for the compiled rounds, or None: its rounds run in numpy. A
-        class that returns one promises that the kernel's rule reproduces its query, update and
-        output bit for bit, and guards its subclasses with pipeline.twins.keeps_twin."""
+        """This optimizer's round for the compiled rounds (CompiledUpdate's stages), or None: its
+        rounds run in numpy. A class that returns one promises that the stages reproduce its
+        query, update and output bit for bit, and guards its subclasses with
+        pipeline.twins.keeps_twin."""
         return None
 
     def steppers(self) -> tuple["Optimizer", ...]:

@@ -11,6 +11,7 @@ from pipeline import accounting as privacy  # submodules load on first use: shar
 from pipeline.accounting.compositions import FINAL_ITERATE
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
+from pipeline.optimizers.averaged import gradient_step, point_query
 from pipeline.optimizers.base import STATE_FUNCTIONS, CompiledUpdate, Optimizer, RoundGroup, Schedule
 from pipeline.optimizers.sampled_sgd import LastIterateState
 from pipeline.problems.base import Problem
@@ -112,4 +113,17 @@ class PNSGD(Optimizer):
 
     def compiled_update(self) -> CompiledUpdate | None:
         kept = keeps_twin(self, "compiled_update", STATE_FUNCTIONS)
-        return CompiledUpdate("LAST", self.step_size, second=False) if kept else None
+        return CompiledUpdate(point_query, gradient_step, last_release, (self.step_size,), 0) if kept else None
+
+
+def last_release(constants, theta, extra, steps, mean, projected, released):
+    """The compiled round's release (Optimizer.compiled_update), state (θ, t): the last iterate
+    π(step) itself (PNSGD.output after update); False, the state untouched, if not finite."""
+    for coordinate in range(theta.size):
+        released[coordinate] = projected[coordinate]
+        if not np.isfinite(released[coordinate]):
+            return False
+    steps[0] += 1
+    for coordinate in range(theta.size):
+        theta[coordinate] = projected[coordinate]
+    return True

@@ -177,13 +177,44 @@ class SeqAGD(Optimizer):
 
     def compiled_update(self) -> CompiledUpdate | None:
         kept = keeps_twin(self, "compiled_update", (*STATE_FUNCTIONS, "curvature", "curvature_scale"))
-        return CompiledUpdate("ACSA", self.curvature_scale) if kept else None
+        return CompiledUpdate(acsa_query, acsa_step, acsa_release, (self.curvature_scale,), 1) if kept else None
 
     def theory_rate(self) -> float:
         return theory.seq_agd_rate(self.problem, self.n_users, self.epsilon, self.delta)
 
     def hyperparameters(self) -> dict[str, float | int]:
         return {"batch_size": self.batch_size, "rounds": self.rounds, "sigma": self.sigma}
+
+
+# The compiled round's stages (Optimizer.compiled_update), in numba's subset: state (θ, θ^ag, t),
+# α_t = 2/(t + 2) and L_t = constants[0]/(t + 1) (SeqAGD.query, update and curvature).
+
+def acsa_query(constants, theta, extra, steps, out):
+    """αθ + (1 − α)θ^ag (SeqAGD.query)."""
+    alpha = 2.0 / (steps[0] + 2)
+    for coordinate in range(theta.size):
+        out[coordinate] = alpha * theta[coordinate] + (1.0 - alpha) * extra[0, coordinate]
+
+
+def acsa_step(constants, theta, extra, steps, mean, out):
+    """θ − ḡ/L_t (SeqAGD.update before the projection)."""
+    for coordinate in range(theta.size):
+        out[coordinate] = theta[coordinate] - mean[coordinate] / (constants[0] / (steps[0] + 1))
+
+
+def acsa_release(constants, theta, extra, steps, mean, projected, released):
+    """Releases θ^ag ← απ(step) + (1 − α)θ^ag (SeqAGD.output after update), then advances the state;
+    False, the state untouched, if not finite."""
+    alpha = 2.0 / (steps[0] + 2)
+    for coordinate in range(theta.size):
+        released[coordinate] = alpha * projected[coordinate] + (1.0 - alpha) * extra[0, coordinate]
+        if not np.isfinite(released[coordinate]):
+            return False
+    steps[0] += 1
+    for coordinate in range(theta.size):
+        extra[0, coordinate] = released[coordinate]
+        theta[coordinate] = projected[coordinate]
+    return True
 
 
 def smoothing_parameter(problem: Problem, n_users: int, epsilon: float, delta: float, distance: float) -> float:
