@@ -9,7 +9,7 @@ import time
 
 # name → module of bench/ with run(size) -> {figure: value}; imported when it runs.
 BENCHMARKS = ("rounds", "fused", "scaling", "tracking", "memory", "pvec_tight", "composition", "shuffle_gaussian",
-              "protocols", "startup", "datasets", "read_per_core", "audit", "grid", "work")
+              "protocols", "startup", "datasets", "read_per_core", "audit", "grid", "work", "round_files")
 
 
 def main(argv: list[str] | None = None) -> None:

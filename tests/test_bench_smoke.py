@@ -13,7 +13,7 @@ QUOTED = {
     "protocols": "protocol_cjmp_vec_encode_vs_rng_ceiling", "startup": "startup_ledger_vs_numpy",
     "datasets": "dataset_read_vs_pyarrow_per_core", "read_per_core": "read_per_core_shuffled_vs_rows",
     "audit": "audit_trials_per_s", "grid": "grid_local_vs_single_run",
-    "work": "work_measured_vs_estimate_max",
+    "work": "work_measured_vs_estimate_max", "round_files": "seq_python_files",
 }
 
 
