@@ -334,8 +334,8 @@ class Protocol(abc.ABC):
         interactive rounds, pipeline.engine.fused_interactive), or None: the engine runs the
         call in Python. P_vec in exact mode, the sum protocols `none`, `central_gaussian`,
         `shuffle_gaussian` and `local_l2`, and Girgis's linf, l2 and l1 randomizers have one:
-        a NamedTuple whose `kernel` names the pipeline.engine.fused_kernel function that twins
-        the call's sequential rounds and whose fields are that function's protocol constants.
+        a NamedTuple whose `kernel` names the pipeline.engine.fused_kernel round kernel that twins
+        the call's sequential rounds (fused_kernel.round_kernel) and whose fields are its protocol constants.
         A protocol that returns one promises that the twin reproduces its encode_block,
         finish, decode and released_count bit for bit."""
         return None

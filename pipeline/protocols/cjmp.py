@@ -513,7 +513,7 @@ class FusedEncoding(NamedTuple):
     fraction: float
     decode_scale: float
     shift: float
-    kernel = "rounds_pvec"  # not a field: the fused_kernel function that twins the call
+    kernel = "rounds_pvec"  # not a field: the fused_kernel round kernel (round_kernel) that twins the call
 
     def block_partial(self, users: int, ones: np.ndarray) -> PartialCounts:
         """A block's partial from its users' rounded sum plus one Binomial(users·b_noise, p)

@@ -94,7 +94,7 @@ class GirgisEncoding(NamedTuple):
     flips: np.ndarray
     weights: np.ndarray
     signs: np.ndarray
-    kernel = "rounds_girgis"  # not a field: the fused_kernel function that twins the call
+    kernel = "rounds_girgis"  # not a field: the fused_kernel round kernel (round_kernel) that twins the call
 
 
 # What the compiled twin reproduces: a subclass overriding one of these keeps the Python path.

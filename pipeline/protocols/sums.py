@@ -188,7 +188,7 @@ class FusedSum(NamedTuple):
     local_reports: bool
     agreement: float
     report_norm: float
-    kernel = "rounds_sum"  # not a field: the fused_kernel function that twins the call
+    kernel = "rounds_sum"  # not a field: the fused_kernel round kernel (round_kernel) that twins the call
 
     @staticmethod
     def block_partial(users: int, units: np.ndarray) -> FixedPointSum:
