@@ -163,19 +163,21 @@ WARM_USERS = 600
 
 def _compile_first(todo: list[PlannedRun], say: Callable[[str], None]) -> None:
     """Compiles the fused rounds' kernels that the runs call, here and before them, when numba's
-    cache holds none of the current source (a fresh install, an edit): said first, then a small
+    cache lacks one (a fresh install, an edit, an optimizer's first run with its protocol's kernel:
+    engine.kernels_cached): said first, then a small
     run of each distinct (problem, optimizer, protocol, accounting) on the local backend, about
     15 s, after which the shard processes load the cache instead of each compiling while its
     run's progress counts rounds. A small run that cannot be planned is left out (its run
     compiles as before), as is a kernel the warm cache lacks (compiled in its run)."""
     needing = {tuple(item.config[field] for field in ("problem.name", "optimizer.name", "privacy.protocol",
-                                                      "privacy.accounting")): item.config
+                                                      "privacy.accounting")): item
                for item in todo if engine.compiles(item.job)}
-    if not needing or engine.kernels_cached():
+    if not needing or engine.kernels_cached(tuple(item.job for item in needing.values())):
         return
-    say("compiling the fused rounds' kernels: once per install (numba caches them), about 15 s on 2 cores")
+    say("compiling the fused rounds' kernels: once per install and optimizer (numba caches them), about 15 s "
+        "on 2 cores")
     began = time.perf_counter()
-    for config in needing.values():
+    for config in (item.config for item in needing.values()):
         small = RunConfig({**config.values, "n_users": WARM_USERS, "execution.backend": "local", "execution.shards": 1},
                           config.seed)
         with contextlib.suppress(Exception):

@@ -83,10 +83,11 @@ def test_a_cold_kernel_cache_is_announced_and_compiled_once_per_kind_of_run_befo
 
     planned = _planned_grid()
     calls, said = [], []
-    monkeypatch.setattr(engine, "kernels_cached", lambda: False)
+    monkeypatch.setattr(engine, "kernels_cached", lambda jobs=(): False)
     monkeypatch.setattr(engine, "execute", lambda job, backend, shards: calls.append((job.n_users, backend, shards)))
     runner._compile_first(planned, said.append)
-    assert said[0] == "compiling the fused rounds' kernels: once per install (numba caches them), about 15 s on 2 cores"
+    assert said[0] == ("compiling the fused rounds' kernels: once per install and optimizer (numba caches them), "
+                       "about 15 s on 2 cores")
     assert said[1].startswith("kernels compiled in ")
     # 8 runs, 2 kinds (paper and tight accounting: their calls' constants differ in type)
     assert calls == [(runner.WARM_USERS, "local", 1)] * 2
@@ -96,7 +97,7 @@ def test_a_warm_kernel_cache_is_silent(monkeypatch):
     from pipeline import engine, runner
 
     said, calls = [], []
-    monkeypatch.setattr(engine, "kernels_cached", lambda: True)
+    monkeypatch.setattr(engine, "kernels_cached", lambda jobs=(): True)
     monkeypatch.setattr(engine, "execute", lambda job, backend, shards: calls.append(job))
     runner._compile_first(_planned_grid(), said.append)
     assert said == [] and calls == []

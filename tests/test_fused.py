@@ -542,3 +542,25 @@ def test_an_update_written_once_runs_the_same_in_python_and_compiled(protocol):
         assert np.array_equal(fused_vector, python_vector)
     assert fused_state.steps == python_state.steps == job.schedule.rounds
     assert fused_state.accumulator[0] > 0.5 and np.all(fused_state.accumulator == fused_state.accumulator[0])
+
+
+def test_a_new_pair_of_protocol_and_optimizer_stages_is_cached_only_once_it_has_run(tmp_path, monkeypatch):
+    """kernels_cached(jobs): each (protocol kernel, optimizer's stages) pair compiles on its first use,
+    so a grid is warned about (and warms) a pair no run has built yet, even when other kernels are
+    cached; a pair's key changes with its stages' source, so an edited plug-in counts as new."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))  # the markers' folder (numba's own was fixed at import)
+    fused._MARKED.clear()
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "fused_kernel.rounds-1.py311.nbi").touch()  # an index newer than the kernel's source
+    agd = _job(_tree(n_users=2_000, dim=3, block_size=256, name="seq_agd"))
+    assert fused.kernels_cached() and not fused.kernels_cached((agd,))
+    _rounds(agd, 1, fused_path=True)
+    assert fused.kernels_cached((agd,))
+    assert not fused.kernels_cached((_job(_tree(n_users=2_000, dim=3, block_size=256, name="pnsgd",
+                                                 protocol="central_gaussian")),))
+    plugin = tmp_path / "my_momentum.py"
+    plugin.write_text((Path(__file__).resolve().parent.parent / "experiments/plugins/momentum_sgd.py").read_text())
+    job = _job(_tree(n_users=2_000, dim=3, block_size=256, name=f"{plugin}:MomentumSGD"))
+    before = fused.stage_key("rounds_pvec", job.optimizer.compiled_update())
+    plugin.write_text(plugin.read_text() + "\n# an edit\n")
+    assert fused.stage_key("rounds_pvec", job.optimizer.compiled_update()) != before

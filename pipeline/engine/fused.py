@@ -21,6 +21,10 @@ by its rounds (timing each round inside the compiled loop would slow it).
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import inspect
+import marshal
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -80,14 +84,66 @@ def compiles(job: Any) -> bool:
     return fusable(job) or (held and job.simulation == "exact" and job.problem.compiled_problem() is not None)
 
 
-def kernels_cached() -> bool:
-    """Whether numba's cache (pipeline/engine/__pycache__, or $NUMBA_CACHE_DIR) holds kernels of
-    the current fused_kernel.py: an index file newer than it (an edit, or a fresh install, makes
-    numba compile again: about 15 s of a core). A file check: numba is not loaded."""
-    engine_folder = Path(__file__).resolve().parent
-    folder = Path(os.environ.get("NUMBA_CACHE_DIR") or engine_folder)
-    source = (engine_folder / "fused_kernel.py").stat().st_mtime
-    return any(index.stat().st_mtime > source for index in folder.rglob("fused_kernel.*.nbi"))
+def _cache_folder() -> Path:
+    """Where numba caches the kernels: $NUMBA_CACHE_DIR, or beside fused_kernel.py."""
+    return Path(os.environ.get("NUMBA_CACHE_DIR") or Path(__file__).resolve().parent)
+
+
+def kernels_cached(jobs: tuple = ()) -> bool:
+    """Whether numba's cache holds kernels of the current fused_kernel.py (an index file newer than
+    it: an edit, or a fresh install, makes numba compile again, about 15 s of a core) and the round
+    kernel of every (protocol, optimizer's stages) pair the fusable `jobs` run (each compiles on its
+    first use, 5-10 s: a marker written after its first window, `_mark_built`). File checks: numba
+    is not loaded."""
+    folder = _cache_folder()
+    source = (Path(__file__).resolve().parent / "fused_kernel.py").stat().st_mtime
+    if not any(index.stat().st_mtime > source for index in folder.rglob("fused_kernel.*.nbi")):
+        return False
+    keys = {stage_key(_kernel_kind(job, first), optimizer.compiled_update())
+            for job in jobs if fusable(job) for first in job.schedule.group_starts
+            for optimizer in job.optimizer.steppers()}
+    return all(_marker(key).exists() and _marker(key).stat().st_mtime > source for key in keys)
+
+
+def _kernel_kind(job: Any, round_index: int) -> str:
+    """The round kernel of a fusable job's call at `round_index` (its protocol's fused_encoding)."""
+    return job.protocol.fused_encoding(job.protocol.planned(job.schedule.plan(round_index), job.problem.dim)).kernel
+
+
+def stage_key(kind: str, update: Any) -> str:
+    """A round kernel's identity: its protocol's kernel, its stages' names and a hash of the files
+    that define them (or, for a stage shipped by value to a Ray node without its file, of its
+    bytecode): fused_kernel.round_kernel's cache key and the marker of its compilation."""
+    digest, seen = hashlib.sha256(kind.encode()), set()
+    for stage in (update.query, update.step, update.release):
+        digest.update(f"{stage.__module__}.{stage.__qualname__}".encode())
+        try:
+            path = inspect.getsourcefile(stage)
+            if path not in seen:
+                seen.add(path)
+                digest.update(Path(path).read_bytes())
+        except (OSError, TypeError):
+            digest.update(marshal.dumps(stage.__code__))
+    return digest.hexdigest()
+
+
+def _marker(key: str) -> Path:
+    return _cache_folder() / "__pycache__" / f"round-kernel-{key[:32]}.built"
+
+
+_MARKED: set[str] = set()  # the round kernels this process has marked built
+
+
+def _mark_built(key: str) -> None:
+    """Notes, once a round kernel has run, that numba's cache holds it (kernels_cached); a folder
+    that cannot be written only means the next grid warms it again."""
+    if key in _MARKED:
+        return
+    _MARKED.add(key)
+    with contextlib.suppress(OSError):
+        marker = _marker(key)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
 
 
 # Raw outputs drawn a tape at a time: small enough to stay in the core's first cache.
@@ -138,6 +194,7 @@ class FusedRounds:
         self._noise_counter = counter(NOISE_STREAM, 0)  # for every round of a central curator's noise
         self._generator = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
         self._problems: dict[float, tuple] = {}  # compiled_problem by a group's smoothing
+        self._kernels: dict[tuple, tuple] = {}  # (round kernel, its stage_key) by (kind, stages)
         # Blocks drawn or being drawn: a round may straddle the last one and the next, and the
         # block after is drawn in a thread while the kernel (which releases the GIL) runs rounds.
         self._blocks: dict[int, Future] = {}
@@ -152,6 +209,14 @@ class FusedRounds:
         tape = np.empty(max(1, min(TAPE_RAWS, users.size)), np.uint64)
         job.problem.unsmoothed.draw_compiled(self._kernel, state_words(stream(job.seed, DATA_STREAM, block)), users, tape)
         return users
+
+    def _round_kernel(self, kind: str, update: Any) -> tuple[Any, str]:
+        """fused_kernel.round_kernel of a protocol's kernel and an optimizer's stages, and its stage_key."""
+        stages = (kind, update.query, update.step, update.release)
+        if stages not in self._kernels:
+            key = stage_key(kind, update)
+            self._kernels[stages] = self._kernel.round_kernel(kind, update, int(key[:15], 16)), key
+        return self._kernels[stages]
 
     def _problem(self, smoothing: float) -> tuple:
         """The kernel's `problem` of a group that smooths with `smoothing` (Problem.compiled_problem)."""
@@ -208,8 +273,9 @@ class FusedRounds:
             step = (tuple(map(float, update.constants)), problem.unsmoothed.radius, self._problem(group.smoothing),
                     excess, population)
             encoding = job.protocol.fused_encoding(params)
-            done = self._kernel.round_kernel(encoding.kernel, update)(*window, self._noise_counter, self._generator,
-                                                                      *rounds, *encoding, *step)
+            kernel, key = self._round_kernel(encoding.kernel, update)
+            done = kernel(*window, self._noise_counter, self._generator, *rounds, *encoding, *step)
+            _mark_built(key)
             running = type(running)(theta, *extra, int(steps[0]))
             state = job.optimizer.advanced(state, running, done)
             seconds = (time.perf_counter() - began) / max(done, 1)

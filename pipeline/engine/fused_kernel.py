@@ -11,7 +11,7 @@ Each step names the reference it reproduces. numba compiles at first use and cac
 machine code next to this file (or under NUMBA_CACHE_DIR). Its cache is keyed by the file
 that defines a kernel, not by what it calls: the generator lives here too, so that an edit to
 it can never leave a cached kernel built from the old one, and a round kernel's key holds a
-hash of its stages' files (round_kernel). This is the one module that imports numba.
+hash of its stages' files (round_kernel, fused.stage_key). This is the one module that imports numba.
 
 The generator's state is one uint64 array of STATE_WORDS words, as numpy's
 `philox_state`: the counter (4), the key (2), the buffer of the last block's four outputs
@@ -20,11 +20,6 @@ The generator's state is one uint64 array of STATE_WORDS words, as numpy's
 numbers: as easy as 1, 2, 3" (SC 2011); numpy increments the counter before each block.
 """
 from __future__ import annotations
-
-import hashlib
-import inspect
-import marshal
-from pathlib import Path
 
 import numpy as np
 from llvmlite import ir
@@ -1132,45 +1127,31 @@ _BUILT: dict = {}  # (kernel, stages) → its compiled rounds, for this process
 _REGISTERED: set = set()  # the stage functions numba compiles when a kernel calls them
 
 
-def _source_tag(functions) -> int:
-    """A hash of the files that define `functions` (an optimizer's stages): numba keys a cached
-    kernel by the file that defines it, not by what it calls, so the stages' own sources join
-    its key, and an edit to them (or to a helper in their files) compiles the kernel again. A
-    stage shipped by value to a Ray node without its file is hashed by its bytecode instead."""
-    digest, seen = hashlib.sha256(), set()
-    for function in functions:
-        try:
-            path = inspect.getsourcefile(function)
-            if path not in seen:
-                seen.add(path)
-                digest.update(Path(path).read_bytes())
-        except (OSError, TypeError):
-            digest.update(marshal.dumps(function.__code__))
-    return int(digest.hexdigest()[:15], 16)
-
-
-def round_kernel(kind: str, update):
+def round_kernel(kind: str, update, tag: int):
     """The compiled rounds of a protocol's kernel with an optimizer's stages (CompiledUpdate):
-    built once per process, cached on disk by numba (keyed by this file and the stages' files).
+    built once per process, cached on disk by numba, keyed by this file and by `tag`.
 
     Args:
       kind: the protocol's kernel, its fused_encoding's `kernel` ("rounds_pvec", "rounds_sum",
         "rounds_girgis").
       update: the optimizer's CompiledUpdate.
+      tag: a hash of the stages' sources below 2⁶⁰ (fused.stage_key): numba keys a cached kernel
+        by the file that defines it, not by what it calls, so the stages' sources join its key
+        as a constant of the kernel, and an edit to them compiles it again.
 
     Returns:
       A compiled function of (θ, extra, steps, …, the protocol's constants, update.constants,
       radius, problem, excess, population) → rounds run.
     """
     stages = (update.query, update.step, update.release)
-    key = (kind, *stages)
+    key = (kind, *stages, tag)
     if key not in _BUILT:
         for stage in stages:
             if stage not in _REGISTERED:
                 register_jitable(stage)
                 _REGISTERED.add(stage)
         segment, analyzer, entry = _KERNELS[kind]
-        _BUILT[key] = entry(_round_loop(segment, analyzer, *stages), _source_tag(stages))
+        _BUILT[key] = entry(_round_loop(segment, analyzer, *stages), tag)
     return _BUILT[key]
 
 
