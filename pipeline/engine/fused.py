@@ -71,9 +71,13 @@ def fusable(job: Any) -> bool:
     schedule = job.schedule
     plain = all(_plain(group) and gradient_problem(job.problem, group.smoothing).compiled_problem() is not None
                 for group in schedule.groups)
-    return plain and schedule.inputs == GRADIENTS and all(
-        job.protocol.fused_encoding(job.protocol.planned(schedule.plan(first), job.problem.dim)) is not None
-        for first in schedule.group_starts)
+    return plain and schedule.inputs == GRADIENTS and all(_encoding(job, first) is not None
+                                                           for first in schedule.group_starts)
+
+
+def _encoding(job: Any, round_index: int) -> Any:
+    """The protocol's fused_encoding of a job's call at `round_index` (None: no compiled twin)."""
+    return job.protocol.fused_encoding(job.protocol.planned(job.schedule.plan(round_index), job.problem.dim))
 
 
 def compiles(job: Any) -> bool:
@@ -99,15 +103,10 @@ def kernels_cached(jobs: tuple = ()) -> bool:
     source = (Path(__file__).resolve().parent / "fused_kernel.py").stat().st_mtime
     if not any(index.stat().st_mtime > source for index in folder.rglob("fused_kernel.*.nbi")):
         return False
-    keys = {stage_key(_kernel_kind(job, first), optimizer.compiled_update())
+    keys = {stage_key(_encoding(job, first).kernel, optimizer.compiled_update())
             for job in jobs if fusable(job) for first in job.schedule.group_starts
             for optimizer in job.optimizer.steppers()}
     return all(_marker(key).exists() and _marker(key).stat().st_mtime > source for key in keys)
-
-
-def _kernel_kind(job: Any, round_index: int) -> str:
-    """The round kernel of a fusable job's call at `round_index` (its protocol's fused_encoding)."""
-    return job.protocol.fused_encoding(job.protocol.planned(job.schedule.plan(round_index), job.problem.dim)).kernel
 
 
 def stage_key(kind: str, update: Any) -> str:
