@@ -564,3 +564,29 @@ def test_a_new_pair_of_protocol_and_optimizer_stages_is_cached_only_once_it_has_
     before = fused.stage_key("rounds_pvec", job.optimizer.compiled_update())
     plugin.write_text(plugin.read_text() + "\n# an edit\n")
     assert fused.stage_key("rounds_pvec", job.optimizer.compiled_update()) != before
+
+
+_KERNEL_LOADS = """
+from pipeline import config, engine, planning
+from pipeline.engine import fused_kernel
+tree = {"experiment": "loads", "problem": {"name": "quadratic", "dim": 3, "radius": 1.0}, "n_users": 600,
+        "optimizer": {"name": "seq_sgd"}, "seeds": [0], "execution": {"backend": "local", "shards": 1},
+        "privacy": {"epsilon": 1.0, "delta": 1e-6, "protocol": "cjmp_vec", "accounting": "tight"}}
+(run,) = config.expand(tree)
+engine.execute(planning.plan_run(run).job, "local", 1)
+(kernel,) = fused_kernel._BUILT.values()
+print(sum(kernel.stats.cache_hits.values()), sum(kernel.stats.cache_misses.values()))
+"""
+
+
+def test_a_round_kernel_compiled_by_one_process_is_loaded_by_the_next():
+    """A round kernel's cache key is the same in every process (fused_kernel._KeyedCache): numba's
+    own key pickled the closure's dispatchers with a uuid per process, so each process (each shard
+    of each run, each Ray worker) compiled it again, seconds each, while the grid said nothing."""
+    import subprocess
+    import sys
+
+    loads = [subprocess.run([sys.executable, "-c", _KERNEL_LOADS], capture_output=True, text=True, check=True,
+                            cwd=Path(__file__).resolve().parent.parent).stdout.split() for _ in range(2)]
+    assert sum(map(int, loads[0])) == 1  # the first process loaded or compiled it: one signature
+    assert loads[1] == ["1", "0"], loads  # the second loaded it: a hit, no miss

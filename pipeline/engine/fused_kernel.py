@@ -21,9 +21,12 @@ numbers: as easy as 1, 2, 3" (SC 2011); numpy increments the counter before each
 """
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core.caching import FunctionCache
 from numba.extending import intrinsic, register_jitable
 # numba's twin of numpy's BTPE (the Generator path), built over any next_double: the
 # rejection scaffolding and the squeeze constants follow the installed numpy.
@@ -966,10 +969,10 @@ def _pvec_work(dim, chunk):
             np.empty(dim * chunk, np.int64), np.zeros(dim, np.int64))
 
 
-def _pvec_kernel(rounds, tag):
-    """The cached kernel of `rounds` (_round_loop) with P_vec (round_kernel)."""
+def _pvec_kernel(rounds):
+    """The kernel of `rounds` (_round_loop) with P_vec (round_kernel)."""
 
-    @njit(cache=True, nogil=True)  # nogil: the next block's users are drawn meanwhile (fused.FusedRounds)
+    @njit(nogil=True)  # nogil: the next block's users are drawn meanwhile (fused.FusedRounds)
     def rounds_pvec(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count,
                     first_user, batch, block_size, chunk, scale_bound, bound, top, b_noise, p, whole, fraction,
                     decode_scale, shift, constants, radius, problem, excess, population):
@@ -979,8 +982,6 @@ def _pvec_kernel(rounds, tag):
         Returns:
           How many rounds ran: `count`, or the first round with a non-finite value.
         """
-        if tag < 0:  # never: the stages' sources key numba's cache (round_kernel)
-            return 0
         work = _pvec_work(theta.size, chunk)
         return rounds(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count,
                       first_user, batch, block_size, chunk,
@@ -1038,10 +1039,10 @@ def _sum_work(dim, chunk, user_noise, local_reports):
     return np.empty(dim * chunk), np.empty(chunk), local_work, np.empty(dim), np.zeros(dim, np.int64), np.empty(dim)
 
 
-def _sum_kernel(rounds, tag):
-    """The cached kernel of `rounds` (_round_loop) with a sum protocol (round_kernel)."""
+def _sum_kernel(rounds):
+    """The kernel of `rounds` (_round_loop) with a sum protocol (round_kernel)."""
 
-    @njit(cache=True, nogil=True)
+    @njit(nogil=True)
     def rounds_sum(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count, first_user,
                    batch, block_size, chunk, norm_bound, quantum, user_noise, central_noise, sigma, local_reports,
                    agreement, report_norm, constants, radius, problem, excess, population):
@@ -1053,8 +1054,6 @@ def _sum_kernel(rounds, tag):
         Returns:
           How many rounds ran: `count`, or the first round with a non-finite value or a fixed-point overflow.
         """
-        if tag < 0:  # never: the stages' sources key numba's cache (round_kernel)
-            return 0
         work = _sum_work(theta.size, chunk, user_noise, local_reports)
         return rounds(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count,
                       first_user, batch, block_size, chunk,
@@ -1087,10 +1086,10 @@ def _girgis_analyzer(encoding, work, round_index, batch, key, noise_counter, sta
     return True
 
 
-def _girgis_kernel(rounds, tag):
-    """The cached kernel of `rounds` (_round_loop) with Girgis's randomizers (round_kernel)."""
+def _girgis_kernel(rounds):
+    """The kernel of `rounds` (_round_loop) with Girgis's randomizers (round_kernel)."""
 
-    @njit(cache=True, nogil=True)
+    @njit(nogil=True)
     def rounds_girgis(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count,
                       first_user, batch, block_size, chunk, kind, coded, width, levels, messages, ball, clip_radius,
                       hadamard, flips, weights, signs, constants, radius, problem, excess, population):
@@ -1102,8 +1101,6 @@ def _girgis_kernel(rounds, tag):
         Returns:
           How many rounds ran: `count`, or the first round with a non-finite value.
         """
-        if tag < 0:  # never: the stages' sources key numba's cache (round_kernel)
-            return 0
         dim = theta.size
         rows, padded = max(coded, dim), coded if kind == _L1 else messages * width  # girgis.statistic_shape
         work = (np.empty(dim * chunk), np.empty(chunk), np.empty(rows * chunk), np.empty(rows * chunk),
@@ -1129,15 +1126,16 @@ _REGISTERED: set = set()  # the stage functions numba compiles when a kernel cal
 
 def round_kernel(kind: str, update, tag: int):
     """The compiled rounds of a protocol's kernel with an optimizer's stages (CompiledUpdate):
-    built once per process, cached on disk by numba, keyed by this file and by `tag`.
+    built once per process, cached on disk by numba (_KeyedCache), keyed by this file, the
+    kernel, the stages' names and `tag`.
 
     Args:
       kind: the protocol's kernel, its fused_encoding's `kernel` ("rounds_pvec", "rounds_sum",
         "rounds_girgis").
       update: the optimizer's CompiledUpdate.
       tag: a hash of the stages' sources below 2⁶⁰ (fused.stage_key): numba keys a cached kernel
-        by the file that defines it, not by what it calls, so the stages' sources join its key
-        as a constant of the kernel, and an edit to them compiles it again.
+        by the file that defines it, not by what it calls, so an edit to the stages' files must
+        change the key to compile it again.
 
     Returns:
       A compiled function of (θ, extra, steps, …, the protocol's constants, update.constants,
@@ -1151,8 +1149,30 @@ def round_kernel(kind: str, update, tag: int):
                 register_jitable(stage)
                 _REGISTERED.add(stage)
         segment, analyzer, entry = _KERNELS[kind]
-        _BUILT[key] = entry(_round_loop(segment, analyzer, *stages), tag)
+        kernel = entry(_round_loop(segment, analyzer, *stages))
+        names = ",".join(f"{stage.__module__}.{stage.__qualname__}" for stage in stages)
+        kernel._cache = _KeyedCache(kernel.py_func, f"{kind}:{names}:{tag}")  # numba's enable_caching, keyed
+        _BUILT[key] = kernel
     return _BUILT[key]
+
+
+class _KeyedCache(FunctionCache):
+    """numba's on-disk cache of a round kernel, its entries keyed by the kernel's bytecode and
+    `identity` (its kind, its stages' names and their sources' hash: round_kernel).
+
+    numba's own key adds a pickle of the closure's cells, which here hold dispatchers that
+    pickle with a uuid drawn per process: no other process computed the same key, so every
+    process (each run's shards, each Ray worker) compiled its kernel again, 3–10 s, and the
+    index grew by an entry each time. What the cells hold is named by `identity`, and the
+    rest of this file by the source stamp numba checks on every load.
+    """
+
+    def __init__(self, py_func, identity: str):
+        self._identity = hashlib.sha256(identity.encode()).hexdigest()
+        super().__init__(py_func)
+
+    def _index_key(self, sig, codegen):
+        return sig, codegen.magic_tuple(), (hashlib.sha256(self._py_func.__code__.co_code).hexdigest(), self._identity)
 
 
 def _block_loop(segment):

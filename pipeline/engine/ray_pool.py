@@ -33,14 +33,18 @@ def ship_plugins(job: RunJob) -> None:
 
     Called wherever the job is pickled again (driver, run task, shard actors):
     a class that arrived by value has no module there, so a stand-in module is
-    registered under its name to keep it travelling by value."""
-    ship_by_value((job.problem.unsmoothed, job.optimizer, job.protocol))
+    registered under its name to keep it travelling by value. The optimizer's compiled
+    stages are named too: numba's cached kernel that calls them loads by their module's name."""
+    updates = (stepper.compiled_update() for stepper in job.optimizer.steppers())
+    stages = (stage for update in updates if update is not None for stage in (update.query, update.step, update.release))
+    ship_by_value((job.problem.unsmoothed, job.optimizer, job.protocol, *stages))
 
 
 def ship_by_value(objects) -> None:
-    """Makes the classes of `objects` that are defined outside this package travel by value."""
+    """Makes the classes of `objects` (or the functions among them) that are defined outside
+    this package travel by value."""
     for obj in objects:
-        name = type(obj).__module__
+        name = obj.__module__ if isinstance(obj, types.FunctionType) else type(obj).__module__
         if name.split(".")[0] == __name__.split(".")[0]:
             continue
         module = sys.modules.setdefault(name, types.ModuleType(name))
@@ -327,6 +331,7 @@ def _execute(job: RunJob, shards: int, key=None, progress: Queue | None = None, 
       (state, records, seconds), the seconds counted from when the run's
       shards were placed (queueing behind other runs is not the run's time).
     """
+    ship_plugins(job)  # the plug-ins' stand-in modules, here too: a cached kernel loads by their names
     pool = (LocalPool if in_task else RayPool)(job, shards)
     began = time.perf_counter()
     told = None if progress is None else _BestEffort(

@@ -20,6 +20,7 @@ from mlflow.tracking import MlflowClient
 from pipeline.errors import ConfigError
 from pipeline.uris import first_line, redact
 from pipeline.tracking.column_table import ColumnTable
+from pipeline.tracking.mlflow_rows import RunRows, sql_store
 from pipeline.tracking.parquet_store import write_frame
 
 # MLflow accepts at most 1000 metrics and 100 params per log_batch call.
@@ -198,6 +199,9 @@ class MlflowTracker:
                 if found.tags.get(SHARED_VIEW_TAG) != SHARED_VIEW:
                     self.client.set_experiment_tag(self.experiment_id, SHARED_VIEW_TAG, SHARED_VIEW)
             self._artifact_root = _local_folder(found.artifact_location)
+            # An SQL store's runs are written as rows, 2 ms a run instead of the client's 25 (mlflow_rows).
+            store = sql_store(self.client)
+            self._rows = RunRows(store, self.experiment_id, found.artifact_location) if store is not None else None
         except Exception as err:  # MLflow raises many types; report them as one line
             raise ConfigError("tracking.mlflow_uri", uri, f"cannot open the MLflow store ({first_line(err)})") from None
 
@@ -224,11 +228,14 @@ class MlflowTracker:
         for stale in self._attempts(folder).pop(run_id, []):
             self.client.delete_run(stale)
         run_tags = {**(tags or {}), RUN_ID_TAG: run_id, FOLDER_TAG: folder}
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=run_tags)
-        items = [Param(key, str(value)) for key, value in params.items() if value is not None]
+        values = {key: str(value) for key, value in params.items() if value is not None}
+        if self._rows is not None:
+            return self._rows.create(name, run_tags, values)
+        mlflow_run_id = self.client.create_run(self.experiment_id, run_name=name, tags=run_tags).info.run_id
+        items = [Param(key, value) for key, value in values.items()]
         for at in range(0, len(items), PARAMS_PER_BATCH):
-            self.client.log_batch(run.info.run_id, params=items[at:at + PARAMS_PER_BATCH])
-        return run.info.run_id
+            self.client.log_batch(mlflow_run_id, params=items[at:at + PARAMS_PER_BATCH])
+        return mlflow_run_id
 
     def _attempts(self, folder: str) -> dict[str, list[str]]:
         """run_id → the MLflow runs recorded for `folder` before this tracker started any: read in
@@ -250,8 +257,8 @@ class MlflowTracker:
 
     def log_metrics(self, mlflow_run_id: str, logged: ColumnTable, columns: tuple[str, ...],
                     summary: dict[str, float]) -> None:
-        """Logs per-round metrics with step = round and the final metrics at step 0, in as few
-        batches as MLflow takes (METRICS_PER_BATCH each; one commit for most runs).
+        """Logs per-round metrics with step = round and the final metrics at step 0, once per run: in
+        one transaction into an SQL store, else in as few batches as MLflow takes (METRICS_PER_BATCH each).
 
         Args:
           mlflow_run_id: the MLflow run.
@@ -266,6 +273,9 @@ class MlflowTracker:
             for column in columns
             for step, value in zip(steps, logged.column(column).tolist())
         ]
+        if self._rows is not None:
+            self._rows.log_metrics(mlflow_run_id, metrics)
+            return
         for at in range(0, len(metrics), METRICS_PER_BATCH):
             self.client.log_batch(mlflow_run_id, metrics=metrics[at:at + METRICS_PER_BATCH])
 
@@ -308,7 +318,10 @@ class MlflowTracker:
 
     def end(self, mlflow_run_id: str, status: str) -> None:
         """Ends a run with a status ("FINISHED" or "FAILED")."""
-        self.client.set_terminated(mlflow_run_id, status=status)
+        if self._rows is not None:
+            self._rows.end(mlflow_run_id, status)
+        else:
+            self.client.set_terminated(mlflow_run_id, status=status)
 
     def reconcile(self, folder: str, finished: dict[str, str]) -> int:
         """Ends the runs a killed process left RUNNING for a results folder, as the folder says.
@@ -364,4 +377,4 @@ class MlflowTracker:
         try:  # the status matters more than the artifact: set it even if the upload fails
             self._log_files(mlflow_run_id, files or {})
         finally:
-            self.client.set_terminated(mlflow_run_id, status="FAILED")
+            self.end(mlflow_run_id, "FAILED")
