@@ -4,6 +4,7 @@ stores copied from one migrated once per run, and the commands that some tests o
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,11 @@ import ray
 
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The tests' Ray grids run on Ray as they say: their runs are tiny, and a tiny run on the ray backend
+# otherwise executes in the driver (ray_pool.DRIVER_WORK), a placement test_grid.py checks on its own.
+# Set before any test imports the package, and inherited by the commands and clusters tests start.
+os.environ.setdefault("SHUFFLE_SCO_DRIVER_WORK", "0")
 
 # The test files that take longest (seconds of one process, measured on a 2-core VM), handed to
 # the two test processes first and in this order (pyproject's addopts: --no-loadscope-reorder;

@@ -14,23 +14,35 @@ from interrupted_grid import GRID  # tests/interrupted_grid.py
 from pipeline import cli, config, engine, planning, results, runner
 
 
+class _refused:
+    """A stand-in for the run task: a run in the driver submits none."""
+
+    @staticmethod
+    def options(**_):
+        raise AssertionError("a task was submitted")
+
+
 def _config(tmp_path, text=GRID):
     path = tmp_path / "grid.yaml"
     path.write_text(textwrap.dedent(text))
     return path
 
 
-@pytest.mark.parametrize("placement", ["shard actors", "one task"])
+@pytest.mark.parametrize("placement", ["shard actors", "one task", "the driver"])
 def test_concurrent_ray_grid_matches_the_local_backend(ray_session, tmp_path, new_mlflow_store, monkeypatch, placement):
     """The grid's four runs of seed 0 give the local backend's run ids and results, bit for bit,
-    on shard actors (twelve Ray processes: a run task and two shard actors each, on two CPUs)
-    and, as these small runs go by default (ray_pool.in_one_task), each in one task."""
+    on shard actors (twelve Ray processes: a run task and two shard actors each, on two CPUs),
+    each in one task (ray_pool.in_one_task), and, as these tiny runs go by default
+    (ray_pool.in_driver: a task costs more than their compute), in the driver, with no task."""
     from pipeline.engine import ray_pool
 
     if placement == "shard actors":
         monkeypatch.setattr(ray_pool, "TASK_WORK", 0)
-    assert all(ray_pool.in_one_task(planning.plan_run(run).job) == (placement == "one task")
-               for run in config.expand(config.read_config(_config(tmp_path), ["seeds=[0]"])))
+    monkeypatch.setattr(ray_pool, "DRIVER_WORK", 2**16 if placement == "the driver" else 0)
+    monkeypatch.setattr(ray_pool, "_execute", _refused if placement == "the driver" else ray_pool._execute)
+    jobs = [planning.plan_run(run).job for run in config.expand(config.read_config(_config(tmp_path), ["seeds=[0]"]))]
+    assert all(ray_pool.in_one_task(job) == (placement != "shard actors") for job in jobs)
+    assert all(ray_pool.in_driver(job) == (placement == "the driver") for job in jobs)
     path = _config(tmp_path)
     results = {}
     for backend in ("ray", "local"):

@@ -307,19 +307,31 @@ class RayPool(ShardPool):
 # instead of on shard actors of its own: starting them took 1.3–2.2 s of a run whose compute
 # takes milliseconds. 2²² is about a second of numpy. SHUFFLE_SCO_TASK_WORK sets it (0: always actors).
 TASK_WORK = int(os.environ.get("SHUFFLE_SCO_TASK_WORK", 2**22))
+# A run below this runs in the driver: a task's own cost (the job serialised, scheduled, its records
+# returned: about 10 ms on 2 cores) is more than its compute, a few ms. SHUFFLE_SCO_DRIVER_WORK sets it
+# (0: every run in a task).
+DRIVER_WORK = int(os.environ.get("SHUFFLE_SCO_DRIVER_WORK", 2**16))
+
+
+def _work(job: RunJob) -> float:
+    """A run's size: the user-coordinates its users send over all its rounds, or hold if more."""
+    sent = sum(group.rounds * group.users for group in job.schedule.groups)
+    return max(sent, job.n_users * job.records.mean) * job.problem.data_dim
 
 
 def in_one_task(job: RunJob) -> bool:
     """Whether a run is small enough to run in one task (TASK_WORK), not on shard actors."""
-    sent = sum(group.rounds * group.users for group in job.schedule.groups)
-    held = job.n_users * job.records.mean
-    return max(sent, held) * job.problem.data_dim <= TASK_WORK
+    return _work(job) <= TASK_WORK
 
 
-@ray.remote(num_cpus=0, max_retries=0)  # a failed run is redone by a rerun, not behind the driver's back
-def _execute(job: RunJob, shards: int, key=None, progress: Queue | None = None, in_task: bool = False):
-    """A whole run as one task: its shard actors hold the CPUs, or with `in_task` its shards are
-    objects in the task (which then asks for a CPU itself: submit).
+def in_driver(job: RunJob) -> bool:
+    """Whether a run is small enough to run in the driver (DRIVER_WORK), not in a task."""
+    return _work(job) < DRIVER_WORK
+
+
+def _run_job(job: RunJob, shards: int, key=None, progress: Queue | None = None, in_task: bool = False):
+    """A whole run (as one task: `_execute`): its shard actors hold the CPUs, or with `in_task` its
+    shards are objects in this process (a task then asks for a CPU itself: submit).
 
     Args:
       job, shards: the run.
@@ -340,6 +352,10 @@ def _execute(job: RunJob, shards: int, key=None, progress: Queue | None = None, 
         return (*pool.run(told), time.perf_counter() - began)
     finally:
         pool.close()
+
+
+# A failed run is redone by a rerun, not behind the driver's back.
+_execute = ray.remote(num_cpus=0, max_retries=0)(_run_job)
 
 
 class _BestEffort:
@@ -378,6 +394,7 @@ class RayExecutor:
     def __init__(self, progress=None):
         ensure_ray()
         self._pending: dict = {}
+        self._done: list = []  # (key, outcome) of the runs executed in the driver, not yet asked for
         self._capacity, self._capacity_until = 2, 0.0
         self._queue = self._drain = None
         if progress is not None:
@@ -397,9 +414,15 @@ class RayExecutor:
         return self._capacity
 
     def submit(self, key, job: RunJob, shards: int) -> None:
-        """Starts a run: in a task of one CPU if it is small (`in_one_task`), else on shard actors
-        (the task itself holds no CPU: its actors do). Either way Ray packs the grid's runs onto
-        the cluster's nodes by the CPUs they ask for."""
+        """Starts a run: a tiny one here and now (`in_driver`), a small one in a task of one CPU
+        (`in_one_task`), else on shard actors (the task itself holds no CPU: its actors do). Ray
+        packs the grid's tasks onto the cluster's nodes by the CPUs they ask for."""
+        if in_driver(job):
+            try:
+                self._done.append((key, _run_job(job, shards, in_task=True)))
+            except Exception as err:  # the run's error, reported for that run only
+                self._done.append((key, err))
+            return
         ship_plugins(job)
         in_task = in_one_task(job)
         task = _execute.options(num_cpus=1 if in_task else 0)
@@ -408,6 +431,8 @@ class RayExecutor:
     def next_done(self):
         """Waits for a run: (key, (state, records, seconds)) or (key, the exception); meanwhile
         passes the runs' progress on."""
+        if self._done:
+            return self._done.pop(0)
         while True:
             ready, _ = ray.wait(list(self._pending), num_returns=1, timeout=None if self._queue is None else 0.5)
             if self._drain is not None:
@@ -422,11 +447,11 @@ class RayExecutor:
             return key, getattr(err, "cause", None) or err
 
     def in_flight(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + len(self._done)
 
     def cancel(self) -> None:
         """Cancels the runs in flight; their references are never freed (`_KEPT`)."""
-        pending, self._pending = self._pending, {}
+        pending, self._pending, self._done = self._pending, {}, []
         _KEPT.append(pending)
         for ref in pending:
             ray.cancel(ref, force=True)
