@@ -49,8 +49,13 @@ def _resolved(planned: PlannedRun) -> dict:
             **{f"problem.{k}": v for k, v in job.problem.constants().items()}}
 
 
+# A run estimated below this many seconds (pipeline/work.py) is created in MLflow with its metrics.
+TINY_S = 1.0
+
+
 def start_run(planned: PlannedRun, tracker: MlflowTracker, folder: str) -> str:
-    """Opens a run's MLflow run with its parameters, display name and tags.
+    """Opens a run's MLflow run with its parameters, display name and tags (a tiny run's, TINY_S,
+    with its metrics: MlflowTracker.start).
 
     Args:
       planned: the run.
@@ -66,7 +71,8 @@ def start_run(planned: PlannedRun, tracker: MlflowTracker, folder: str) -> str:
             "plugins": _plugin_files(run)}
     return tracker.start(run.run_id, run.display_name(),
                          {**run.flat(), **_resolved(planned), "config_hash": run.config_hash}, folder,
-                         {key: str(value) for key, value in tags.items() if value is not None})
+                         {key: str(value) for key, value in tags.items() if value is not None},
+                         tiny=planned.estimate_s is not None and planned.estimate_s < TINY_S)
 
 
 def now() -> datetime.datetime:
@@ -237,7 +243,7 @@ def _write(run: RunConfig, row: dict, rounds, ledger_json: dict, measured: tuple
     # MLflow gets the run's rounds as an artifact too; the results folder holds them once, in its rounds table.
     tracker.finish(mlflow_run_id, files, rounds, None)  # still RUNNING: not done until the row is written
     store.commit(row, rounds, results.KINDS)  # this row marks the run done
-    tracker.end(mlflow_run_id, "FINISHED")
+    tracker.end(mlflow_run_id, "FINISHED", hold=True)  # written with the next run's transaction, or at the grid's end
 
 
 def _check_rederived(planned: PlannedRun, ledger: PrivacyLedger, ledger_json: dict) -> None:

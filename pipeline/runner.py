@@ -53,6 +53,8 @@ def execute_run(planned: PlannedRun, tracker: MlflowTracker, store: ParquetStore
     except BaseException as error:
         fail_run(planned, time.perf_counter() - began, mlflow_run_id, started_at, tracker, store, error)
         raise
+    finally:
+        tracker.flush()
 
 
 def run_grid(runs: list[RunConfig], say: Callable[[str], None] = print) -> GridSummary:
@@ -224,12 +226,15 @@ class _Grid:
                         run_id, outcome = self.executor.next_done()
                     self._record(run_id, outcome, interrupts)
                     interrupts.check()  # a Ctrl-C or SIGTERM while this run was recorded stops the grid here
+                self.tracker.flush()  # the last runs' ends
             except BaseException as stop:  # an interrupt (or the driver's own failure): the runs in flight stop with it
                 if isinstance(stop, LeaseLost):
                     stop.in_flight = sorted(self.started)  # the CLI lists them
                 # The sinks first: a SIGTERM to the process group (Slurm) killed a local Ray with the driver,
                 # and cancelling on a dead Ray blocks for its 60 s GCS timeout, then ends the process.
                 self.fail_in_flight(stop)  # further signals wait for this
+                with contextlib.suppress(Exception):  # finished runs' held ends; else the next start ends them
+                    self.tracker.flush()
                 bounded(self.executor.cancel)
                 raise
             finally:

@@ -45,10 +45,11 @@ def _by_client(client: MlflowClient, experiment: str, status: str) -> str:
     return run_id
 
 
-def _by_rows(rows: RunRows, status: str) -> str:
-    run_id = rows.create("same", TAGS, PARAMS)
+def _by_rows(rows: RunRows, status: str, hold: bool = False) -> str:
+    run_id = rows.create("same", TAGS, PARAMS, hold=hold)
     rows.log_metrics(run_id, METRICS)
-    rows.end(run_id, status)
+    rows.end(run_id, status, hold)
+    rows.flush()
     return run_id
 
 
@@ -63,11 +64,12 @@ def _seen(client: MlflowClient, run_id: str) -> dict:
             "histories": histories}
 
 
+@pytest.mark.parametrize("hold", [False, True])
 @pytest.mark.parametrize("status", ["FINISHED", "FAILED"])
-def test_a_run_written_as_rows_reads_back_as_the_clients_own(store, status):
+def test_a_run_written_as_rows_reads_back_as_the_clients_own(store, status, hold):
     client, experiment, rows = store
     began = int(time.time() * 1000)
-    theirs, ours = _by_client(client, experiment, status), _by_rows(rows, status)
+    theirs, ours = _by_client(client, experiment, status), _by_rows(rows, status, hold)
     assert _seen(client, ours) == _seen(client, theirs)
     seen = _seen(client, ours)
     # The oracle is the client; these pin what it does, so the comparison cannot pass on two empty runs.
@@ -108,3 +110,49 @@ def test_mlflows_validation_refuses_what_it_refuses_from_the_client(store):
 def test_the_tracker_writes_rows_into_sql_stores_only(tmp_path, new_mlflow_store):
     assert MlflowTracker(new_mlflow_store(tmp_path / "mlflow.db"), "e")._rows is not None
     assert sql_store(MlflowClient(tracking_uri="http://127.0.0.1:9")) is None  # a server: the client's calls
+
+
+def test_held_rows_wait_for_the_next_transaction_and_keep_their_order(store, monkeypatch):
+    """A tiny run is created with its metrics (one transaction), and a held end waits for the next
+    transaction or a flush; an end not held is written at once."""
+    client, experiment, rows = store
+    transactions = []
+    begin = rows.store.engine.begin
+    monkeypatch.setattr(type(rows.store.engine), "begin", lambda engine: transactions.append(1) or begin())
+    first = rows.create("first", {}, {"p": "1"}, hold=True)
+    assert client.search_runs([experiment]) == [] and transactions == []
+    rows.log_metrics(first, [Metric("m", 1.0, NOW, 0)])
+    assert client.get_run(first).info.status == "RUNNING" and len(transactions) == 1
+    rows.end(first, "FINISHED", hold=True)
+    assert client.get_run(first).info.status == "RUNNING" and len(transactions) == 1  # held
+    second = rows.create("second", {}, {}, hold=True)
+    rows.log_metrics(second, [Metric("m", 2.0, NOW, 0)])  # writes the first's end with it
+    assert client.get_run(first).info.status == "FINISHED" and len(transactions) == 2
+    rows.end(second, "FAILED")
+    assert client.get_run(second).info.status == "FAILED" and len(transactions) == 3
+    third = rows.create("third", {}, {}, hold=True)
+    rows.end(third, "FINISHED", hold=True)
+    rows.flush()
+    assert client.get_run(third).info.status == "FINISHED" and len(transactions) == 4
+
+
+def test_a_grid_of_tiny_runs_commits_once_a_run(tmp_path, new_mlflow_store, monkeypatch):
+    """`python -m pipeline run` of four tiny runs: each run's MLflow rows (its creation, parameters,
+    metrics and the previous run's end) in one transaction, the last end at the grid's end; every
+    run FINISHED with its metrics."""
+    from pipeline import cli
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text("experiment: tiny\nproblem: {name: quadratic, dim: 3, radius: 1.0}\nn_users: 1000\n"
+                      "optimizer: {name: seq_sgd}\nprivacy: {epsilon: 2.0, delta: 1.0e-6}\nseeds: [0, 1, 2, 3]\n"
+                      "execution: {backend: local, shards: 1}\n")
+    uri = new_mlflow_store(tmp_path / "mlflow.db")
+    transactions = []
+    begin = type(sql_store(MlflowClient(tracking_uri=uri)).engine).begin
+    monkeypatch.setattr(type(sql_store(MlflowClient(tracking_uri=uri)).engine), "begin",
+                        lambda engine: transactions.append(1) or begin(engine))
+    assert cli.main(["run", str(config), "--out", str(tmp_path / "out"), "--set", f"tracking.mlflow_uri={uri}"]) == 0
+    assert len(transactions) == 4 + 1
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("tiny").experiment_id])
+    assert len(runs) == 4 and all(run.info.status == "FINISHED" and run.data.metrics["epsilon"] > 0 for run in runs)

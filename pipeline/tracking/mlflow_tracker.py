@@ -206,7 +206,7 @@ class MlflowTracker:
             raise ConfigError("tracking.mlflow_uri", uri, f"cannot open the MLflow store ({first_line(err)})") from None
 
     def start(self, run_id: str, name: str, params: dict[str, object], folder: str,
-              tags: dict[str, str] | None = None) -> str:
+              tags: dict[str, str] | None = None, tiny: bool = False) -> str:
         """Starts the MLflow run of a pipeline run, deleting stale attempts.
 
         The caller starts only runs that the Parquet store does not hold as
@@ -221,6 +221,8 @@ class MlflowTracker:
           params: flattened parameters.
           folder: the resolved results folder the run is recorded in.
           tags: further run tags (for the UI's group-by and filters).
+          tiny: a run of moments: in an SQL store it is created with its metrics, one transaction
+            (mlflow_rows.RunRows), not before its compute.
 
         Returns:
           The MLflow run id.
@@ -230,7 +232,7 @@ class MlflowTracker:
         run_tags = {**(tags or {}), RUN_ID_TAG: run_id, FOLDER_TAG: folder}
         values = {key: str(value) for key, value in params.items() if value is not None}
         if self._rows is not None:
-            return self._rows.create(name, run_tags, values)
+            return self._rows.create(name, run_tags, values, hold=tiny)
         mlflow_run_id = self.client.create_run(self.experiment_id, run_name=name, tags=run_tags).info.run_id
         items = [Param(key, value) for key, value in values.items()]
         for at in range(0, len(items), PARAMS_PER_BATCH):
@@ -316,12 +318,18 @@ class MlflowTracker:
                 write_frame(rounds, str(Path(folder) / "rounds.parquet"))
             self.client.log_artifacts(mlflow_run_id, folder)
 
-    def end(self, mlflow_run_id: str, status: str) -> None:
-        """Ends a run with a status ("FINISHED" or "FAILED")."""
+    def end(self, mlflow_run_id: str, status: str, hold: bool = False) -> None:
+        """Ends a run with a status ("FINISHED" or "FAILED"); with `hold`, an SQL store writes it with
+        the next transaction or `flush` (mlflow_rows.RunRows)."""
         if self._rows is not None:
-            self._rows.end(mlflow_run_id, status)
+            self._rows.end(mlflow_run_id, status, hold)
         else:
             self.client.set_terminated(mlflow_run_id, status=status)
+
+    def flush(self) -> None:
+        """Writes what the SQL store's writer holds (mlflow_rows.RunRows): the grid calls it when it stops."""
+        if self._rows is not None:
+            self._rows.flush()
 
     def reconcile(self, folder: str, finished: dict[str, str]) -> int:
         """Ends the runs a killed process left RUNNING for a results folder, as the folder says.
