@@ -14,8 +14,9 @@ with η Theorem 4.1's step size and b²_0 = `initial_accumulator`; the output is
 θ_0..θ_{T−1}, as P_SGD's. Theorem 4.1's rate is not claimed.
 
 The round is three stage functions (pipeline.optimizers.base.CompiledUpdate) and nothing else:
-`update` runs them here, in Python, and the fused rounds compile them into the engine's round
-loop, so both paths compute the same bits from one source, with no package edit.
+its `query` and `update`, inherited (pipeline.optimizers.base.Staged), run them in Python, the
+engine's Python rounds compile them one by one, and the fused rounds into the engine's round
+loop, so every path computes the same bits from one source, with no package edit.
 """
 from __future__ import annotations
 
@@ -67,32 +68,18 @@ class AdaGradNorm(SeqSGD):
         zero = np.zeros(self.problem.dim)
         return AdaGradNormState(zero, np.full(self.problem.dim, self.initial_accumulator), zero.copy(), 0)
 
-    def query(self, state: AdaGradNormState) -> np.ndarray:
-        return state.theta
-
-    def update(self, state: AdaGradNormState, noisy_mean: np.ndarray) -> AdaGradNormState:
-        """The stages below, run here: the step, the problem's projection, then the release."""
-        constants = self._constants()
-        theta, steps = state.theta.copy(), np.array([state.steps], np.int64)
-        extra = np.array([state.accumulator, state.theta_sum], np.float64)
-        step, released = np.empty_like(theta), np.empty_like(theta)
-        adagrad_norm_step(constants, theta, extra, steps, noisy_mean, step)
-        adagrad_norm_release(constants, theta, extra, steps, noisy_mean, self.problem.project(step), released)
-        return AdaGradNormState(theta, extra[0], extra[1], int(steps[0]))
-
     def output(self, state: AdaGradNormState) -> np.ndarray:
         return state.theta_sum / state.steps if state.steps else state.theta
 
     def hyperparameters(self) -> dict[str, float | int]:
         return {**super().hyperparameters(), "initial_accumulator": self.initial_accumulator}
 
-    def compiled_update(self) -> CompiledUpdate | None:
-        if not keeps_twin(self, "compiled_update", STATE_FUNCTIONS):
-            return None
-        return CompiledUpdate(point_query, adagrad_norm_step, adagrad_norm_release, self._constants(), 2)
+    def stages(self) -> CompiledUpdate:
+        """The round: `query` and `update` (pipeline.optimizers.base.Staged) run these in Python."""
+        return CompiledUpdate(point_query, adagrad_norm_step, adagrad_norm_release, (float(self.step_size),), 2)
 
-    def _constants(self) -> tuple[float, ...]:
-        return (float(self.step_size),)
+    def compiled_update(self) -> CompiledUpdate | None:
+        return self.stages() if keeps_twin(self, "compiled_update", STATE_FUNCTIONS) else None
 
 
 # The round's stages, in numba's subset: state (θ, b², Σθ, t), extra = [b² in every coordinate, Σθ].

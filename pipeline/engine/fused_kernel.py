@@ -22,6 +22,7 @@ numbers: as easy as 1, 2, 3" (SC 2011); numpy increments the counter before each
 from __future__ import annotations
 
 import hashlib
+import os
 
 import numpy as np
 from llvmlite import ir
@@ -1154,6 +1155,24 @@ def round_kernel(kind: str, update, tag: int):
         kernel._cache = _KeyedCache(kernel.py_func, f"{kind}:{names}:{tag}")  # numba's enable_caching, keyed
         _BUILT[key] = kernel
     return _BUILT[key]
+
+
+def compiled_stages(update) -> tuple:
+    """An optimizer's stages (CompiledUpdate) compiled one by one, for the rounds the engine runs in
+    Python (pipeline.engine.rounds): the functions the round kernels inline, called here with the
+    problem's own projection between the step and the release. numba caches each by its file;
+    a stage shipped by value to a node without its file compiles in each process.
+
+    Returns:
+      (query, step, release), compiled.
+    """
+    for stage in (update.query, update.step, update.release):
+        if stage not in _ALONE:
+            _ALONE[stage] = njit(cache=os.path.isfile(stage.__code__.co_filename))(stage)
+    return _ALONE[update.query], _ALONE[update.step], _ALONE[update.release]
+
+
+_ALONE: dict = {}  # a stage function → its compiled twin, for this process
 
 
 class _KeyedCache(FunctionCache):

@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 import numpy as np
 
 from pipeline.errors import NonFiniteError, value_class
+from pipeline.optimizers.base import stage_query, stage_round
 from pipeline.protocols.base import RoundPlan
 
 # (plan, protocol parameters, θ) → the analyzer's statistic of the round.
@@ -209,6 +210,13 @@ def _unpickle_records(columns: dict | None, params: list, released: dict) -> Rou
     return records
 
 
+def compiled_stages(update: Any) -> tuple[Callable, Callable, Callable]:
+    """An optimizer's stages compiled one by one (fused_kernel.compiled_stages; numba loads there only)."""
+    from pipeline.engine import fused_kernel
+
+    return fused_kernel.compiled_stages(update)
+
+
 def execute_rounds(job: Any, state: Any, start: int, stop: int, collect: Collect) -> tuple[Any, RoundRecords]:
     """Runs rounds [start, stop) of a job.
 
@@ -230,12 +238,23 @@ def execute_rounds(job: Any, state: Any, start: int, stop: int, collect: Collect
         began = time.perf_counter()
         plan = job.schedule.plan(round_index)
         params = job.protocol.planned(plan, job.problem.dim)
-        counts = collect(plan, params, job.optimizer.query(state))
+        # An optimizer whose round is its stages runs them compiled, one by one (the fused rounds run
+        # the same functions in one loop); the others, and an empty round, their own functions.
+        stepper, running = job.optimizer.stepping(state)
+        update = stepper.compiled_update()
+        stages = None if update is None else compiled_stages(update)
+        query = job.optimizer.query(state) if stages is None else stage_query(update, running, stages[0])
+        counts = collect(plan, params, query)
         noisy_sum = job.protocol.decode(params, counts)
         # A Poisson or self-sampled round can be empty: the optimizer is told so (None).
         count = job.protocol.released_count(params, counts)
-        state = job.optimizer.update(state, noisy_sum / count if count > 0 else None)
-        released = job.optimizer.output(state)
+        mean = noisy_sum / count if count > 0 else None
+        if stages is None or mean is None:
+            state = job.optimizer.update(state, mean)
+            released = job.optimizer.output(state)
+        else:  # a release that is not finite leaves the state as it was, and is reported below
+            after, released = stage_round(update, running, mean, stepper.problem.project, stages[1:])
+            state = state if after is None else job.optimizer.advanced(state, after, 1)
         for name, value in (("the analyzer's estimate", noisy_sum), ("the model θ", released)):
             if not np.isfinite(value).all():
                 raise NonFiniteError(f"round {round_index}: {name} holds {value_class(value)}")

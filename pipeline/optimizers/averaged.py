@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pipeline.optimizers.base import STATE_FUNCTIONS, CompiledUpdate, Optimizer
+from pipeline.optimizers.base import STATE_FUNCTIONS, CompiledUpdate, Optimizer, Staged
 from pipeline.twins import keeps_twin
 
 
@@ -20,7 +20,7 @@ class AveragedState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class AveragedProjectedDescent(Optimizer):
+class AveragedProjectedDescent(Staged, Optimizer):
     """θ_{t+1} = π_Θ(θ_t − η ḡ_t); output θ̄ = (1/T) Σ_{t=0}^{T−1} θ_t.
 
     Seed 000 prints θ_t + η ḡ_t in Algorithms 3 and 5 (line 5): that is
@@ -32,21 +32,16 @@ class AveragedProjectedDescent(Optimizer):
         # θ_0 = 0 ∈ Θ (Algorithm 5 requires 0 ∈ Θ; any θ_0 ∈ Θ suits Algorithm 3).
         return AveragedState(zero, zero.copy(), 0)
 
-    def query(self, state: AveragedState) -> np.ndarray:
-        return state.theta
-
-    def update(self, state: AveragedState, noisy_mean: np.ndarray) -> AveragedState:
-        theta = self.problem.project(state.theta - self.step_size * noisy_mean)
-        return AveragedState(theta, state.theta_sum + state.theta, state.steps + 1)
-
     def output(self, state: AveragedState) -> np.ndarray:
         # After t steps the released average is over θ_0..θ_{t−1}.
         return state.theta_sum / state.steps if state.steps else state.theta
 
-    def compiled_update(self) -> CompiledUpdate | None:
-        if not keeps_twin(self, "compiled_update", STATE_FUNCTIONS):
-            return None
+    def stages(self) -> CompiledUpdate:
+        """query θ; step θ − ηḡ; release the average, then (π(step), Σθ + θ, t + 1): the stages below."""
         return CompiledUpdate(point_query, gradient_step, averaged_release, (self.step_size,), 1)
+
+    def compiled_update(self) -> CompiledUpdate | None:
+        return self.stages() if keeps_twin(self, "compiled_update", STATE_FUNCTIONS) else None
 
 
 # The compiled round's stages (Optimizer.compiled_update), in numba's subset: state (θ, Σθ, t).

@@ -17,6 +17,7 @@ from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
+from pipeline.errors import NonFiniteError, value_class
 from pipeline.options import Option
 from pipeline.problems.base import Problem
 from pipeline.problems.smoothed import MoreauSmoothed
@@ -96,6 +97,74 @@ class CompiledUpdate(NamedTuple):
     release: Callable
     constants: tuple[float, ...]
     vectors: int
+
+
+def stage_arrays(update: CompiledUpdate, state: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stages' copy of a state tuple (θ, v_1, …, v_k, t): θ, the (k, d) array `extra` and [t]."""
+    theta = np.array(state[0], np.float64)
+    extra = np.array(state[1:1 + update.vectors], np.float64).reshape(update.vectors, theta.size)
+    return theta, extra, np.array([state[-1]], np.int64)
+
+
+def stage_query(update: CompiledUpdate, state: tuple, query: Callable | None = None) -> np.ndarray:
+    """The round's query point by the stages (`query`: a compiled twin of update.query to call instead)."""
+    theta, extra, steps = stage_arrays(update, state)
+    out = np.empty_like(theta)
+    (query or update.query)(update.constants, theta, extra, steps, out)
+    return out
+
+
+def stage_round(update: CompiledUpdate, state: tuple, noisy_mean: np.ndarray, project: Callable[[np.ndarray], np.ndarray],
+                functions: tuple[Callable, Callable] | None = None) -> tuple[tuple | None, np.ndarray]:
+    """One round's update by the stages: step, `project`, release (CompiledUpdate).
+
+    Args:
+      update: the optimizer's stages.
+      state: its state tuple before the round.
+      noisy_mean: the round's mean estimate.
+      project: the problem's projection onto Θ.
+      functions: compiled twins of (update.step, update.release) to call instead (the engine's).
+
+    Returns:
+      (the state after the round, the released model), or (None, the released model up to and
+      including its first non-finite coordinate) where the release is not finite.
+    """
+    step_stage, release_stage = functions or (update.step, update.release)
+    theta, extra, steps = stage_arrays(update, state)
+    step, released = np.empty_like(theta), np.empty_like(theta)
+    step_stage(update.constants, theta, extra, steps, noisy_mean, step)
+    if not release_stage(update.constants, theta, extra, steps, noisy_mean, project(step), released):
+        return None, released
+    return type(state)(theta, *extra, int(steps[0])), released
+
+
+class Staged:
+    """`query` and `update` of an optimizer whose round is its stages (`stages`), run here in
+    Python: one source with the compiled rounds, which run the same functions compiled
+    (pipeline.engine.rounds on the Python path, fused_kernel in the fused rounds). The numpy
+    formulas they replace are the tests' oracle (tests/oracles/optimizers.py)."""
+
+    def stages(self) -> CompiledUpdate:
+        """This optimizer's stages, whichever class inherits them (compiled_update adds the guard
+        that the compiled rounds may take them)."""
+        raise NotImplementedError
+
+    def query(self, state: tuple) -> np.ndarray:
+        return stage_query(self.stages(), state)
+
+    def update(self, state: tuple, noisy_mean: np.ndarray | None) -> tuple:
+        """The stages' round (stage_round).
+
+        Raises:
+          ValueError: no estimate (these optimizers never sample an empty round).
+          NonFiniteError: the released model is not finite.
+        """
+        if noisy_mean is None:
+            raise ValueError(f"{type(self).__name__} steps on an estimate every round: its rounds are never empty")
+        after, released = stage_round(self.stages(), state, noisy_mean, self.problem.project)
+        if after is None:
+            raise NonFiniteError(f"the model θ holds {value_class(released)}")
+        return after
 
 
 @dataclasses.dataclass(frozen=True)

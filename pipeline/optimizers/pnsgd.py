@@ -12,7 +12,7 @@ from pipeline.accounting.compositions import FINAL_ITERATE
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.averaged import gradient_step, point_query
-from pipeline.optimizers.base import STATE_FUNCTIONS, CompiledUpdate, Optimizer, RoundGroup, Schedule
+from pipeline.optimizers.base import STATE_FUNCTIONS, CompiledUpdate, Optimizer, RoundGroup, Schedule, Staged
 from pipeline.optimizers.sampled_sgd import LastIterateState
 from pipeline.problems.base import Problem
 from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE
@@ -20,7 +20,7 @@ from pipeline.twins import keeps_twin
 
 
 @dataclasses.dataclass(frozen=True)
-class PNSGD(Optimizer):
+class PNSGD(Staged, Optimizer):
     """w_t = Π_K(w_{t−1} − η(∇ℓ(w_{t−1}, x_t) + Z_t)), Z_t ~ N(0, σ²I), one user per
     step, one pass; only w_n is released (Sordello et al., Thm 2).
 
@@ -96,12 +96,6 @@ class PNSGD(Optimizer):
     def init(self) -> LastIterateState:
         return LastIterateState(np.zeros(self.problem.dim), 0)
 
-    def query(self, state: LastIterateState) -> np.ndarray:
-        return state.theta
-
-    def update(self, state: LastIterateState, noisy_mean: np.ndarray) -> LastIterateState:
-        return LastIterateState(self.problem.project(state.theta - self.step_size * noisy_mean), state.steps + 1)
-
     def output(self, state: LastIterateState) -> np.ndarray:
         return state.theta
 
@@ -111,9 +105,12 @@ class PNSGD(Optimizer):
     def hyperparameters(self) -> dict[str, float | int]:
         return {"rounds": self.n_users, "batch_size": 1, "step_size": self.step_size, "sigma": self.sigma}
 
+    def stages(self) -> CompiledUpdate:
+        """query θ; step θ − ηḡ; release π(step), the last iterate: (π(step), t + 1)."""
+        return CompiledUpdate(point_query, gradient_step, last_release, (self.step_size,), 0)
+
     def compiled_update(self) -> CompiledUpdate | None:
-        kept = keeps_twin(self, "compiled_update", STATE_FUNCTIONS)
-        return CompiledUpdate(point_query, gradient_step, last_release, (self.step_size,), 0) if kept else None
+        return self.stages() if keeps_twin(self, "compiled_update", STATE_FUNCTIONS) else None
 
 
 def last_release(constants, theta, extra, steps, mean, projected, released):

@@ -10,7 +10,7 @@ import numpy as np
 from pipeline.accounting.compositions import SEQUENTIAL
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
-from pipeline.optimizers.base import (STATE_FUNCTIONS, CompiledUpdate, Optimizer, RoundGroup, Schedule, best_batch_size,
+from pipeline.optimizers.base import (STATE_FUNCTIONS, CompiledUpdate, Optimizer, RoundGroup, Staged, Schedule, best_batch_size,
                                       protocol_mean_mse)
 from pipeline.problems.base import Problem
 from pipeline.problems.smoothed import MoreauSmoothed, require_prox
@@ -53,7 +53,7 @@ def oracle_std(problem: Problem, batch_size: int, n_users: int, epsilon: float, 
 
 
 @dataclasses.dataclass(frozen=True)
-class SeqAGD(Optimizer):
+class SeqAGD(Staged, Optimizer):
     """AC-SA (Lan 2012) on T disjoint batches of B users, each batch's gradient
     mean estimated by one P_vec call at the full (ε, δ) (parallel composition).
 
@@ -163,21 +163,17 @@ class SeqAGD(Optimizer):
         zero = np.zeros(self.problem.dim)
         return AcsaState(zero, zero.copy(), 1)
 
-    def query(self, state: AcsaState) -> np.ndarray:
-        alpha = 2.0 / (state.t + 2)
-        return alpha * state.theta + (1.0 - alpha) * state.theta_ag
-
-    def update(self, state: AcsaState, noisy_mean: np.ndarray) -> AcsaState:
-        alpha = 2.0 / (state.t + 2)
-        theta = self.problem.project(state.theta - noisy_mean / self.curvature(state.t))
-        return AcsaState(theta, alpha * theta + (1.0 - alpha) * state.theta_ag, state.t + 1)
-
     def output(self, state: AcsaState) -> np.ndarray:
         return state.theta_ag
 
+    def stages(self) -> CompiledUpdate:
+        """AC-SA's round (Lan 2012; seed 000 Algorithm 4): the stages below, L_t = curvature_scale/(t + 1)
+        (a subclass that changes `curvature` changes `stages` with it)."""
+        return CompiledUpdate(acsa_query, acsa_step, acsa_release, (self.curvature_scale,), 1)
+
     def compiled_update(self) -> CompiledUpdate | None:
         kept = keeps_twin(self, "compiled_update", (*STATE_FUNCTIONS, "curvature", "curvature_scale"))
-        return CompiledUpdate(acsa_query, acsa_step, acsa_release, (self.curvature_scale,), 1) if kept else None
+        return self.stages() if kept else None
 
     def theory_rate(self) -> float:
         return theory.seq_agd_rate(self.problem, self.n_users, self.epsilon, self.delta)
