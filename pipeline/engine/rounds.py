@@ -217,6 +217,24 @@ def compiled_stages(update: Any) -> tuple[Callable, Callable, Callable]:
     return fused_kernel.compiled_stages(update)
 
 
+# The latest steppers' compiled updates and stages: asked once per optimizer, not once per round
+# (the stepper is kept with them, so its id is not reused while it is here).
+_STEPPED: dict[int, tuple] = {}
+_STEPPED_KEPT = 8
+
+
+def _stages_of(stepper: Any) -> tuple[Any, tuple | None]:
+    """The stepper's compiled update (Optimizer.compiled_update) and its stages compiled, or (None, None)."""
+    kept = _STEPPED.get(id(stepper))
+    if kept is None or kept[0] is not stepper:
+        update = stepper.compiled_update()
+        kept = stepper, update, None if update is None else compiled_stages(update)
+        while len(_STEPPED) >= _STEPPED_KEPT:
+            del _STEPPED[next(iter(_STEPPED))]
+        _STEPPED[id(stepper)] = kept
+    return kept[1], kept[2]
+
+
 def execute_rounds(job: Any, state: Any, start: int, stop: int, collect: Collect) -> tuple[Any, RoundRecords]:
     """Runs rounds [start, stop) of a job.
 
@@ -241,8 +259,7 @@ def execute_rounds(job: Any, state: Any, start: int, stop: int, collect: Collect
         # An optimizer whose round is its stages runs them compiled, one by one (the fused rounds run
         # the same functions in one loop); the others, and an empty round, their own functions.
         stepper, running = job.optimizer.stepping(state)
-        update = stepper.compiled_update()
-        stages = None if update is None else compiled_stages(update)
+        update, stages = _stages_of(stepper)
         query = job.optimizer.query(state) if stages is None else stage_query(update, running, stages[0])
         counts = collect(plan, params, query)
         noisy_sum = job.protocol.decode(params, counts)
