@@ -22,6 +22,10 @@ CASES = {
     "pnsgd": ({"name": "pnsgd"}, oracle.last_iterate_query, oracle.last_iterate_update),
     "seq_phased": ({"name": "seq_phased"}, oracle.acsa_query, oracle.acsa_update),
     "seq_agd_smoothed": ({"name": "seq_agd_smoothed"}, oracle.acsa_query, oracle.acsa_update),
+    "momentum plug-in": ({"name": "experiments/plugins/momentum_sgd.py:MomentumSGD", "momentum": 0.9},
+                         oracle.averaged_query, oracle.momentum_update),
+    "AdaGrad-Norm plug-in": ({"name": "experiments/plugins/adagrad_norm.py:AdaGradNorm", "initial_accumulator": 0.5},
+                             oracle.averaged_query, oracle.adagrad_norm_update),
 }
 PROBLEMS = {"seq_phased": "elastic", "seq_agd_smoothed": "absolute"}
 PROTOCOLS = {"pnsgd": "central_gaussian"}
@@ -43,8 +47,10 @@ def _states(optimizer, rng: np.random.Generator, count: int):
     start = optimizer.init()
     for index in range(count):
         scale = 0.3 if index % 2 else 3.0
-        vectors = [rng.normal(scale=scale, size=start[0].size) for _ in start[:-1]]
-        yield type(start)(*vectors, int(rng.integers(start[-1], start[-1] + 60)))
+        vectors = {field: rng.normal(scale=scale, size=start[0].size) for field in start._fields[:-1]}
+        if "accumulator" in vectors:  # AdaGrad-Norm's b² > 0, the same in every coordinate
+            vectors["accumulator"] = np.full(start[0].size, abs(vectors["accumulator"][0]) + 0.5)
+        yield type(start)(**vectors, **{start._fields[-1]: int(rng.integers(start[-1], start[-1] + 60))})
 
 
 def _same(a, b) -> bool:

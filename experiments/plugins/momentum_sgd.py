@@ -15,8 +15,8 @@ constant gradient equal to η. The output is the average of θ_0..θ_{T−1}, as
 P_SGD's. Momentum is post-processing of the analyzer's estimates, so privacy
 is unchanged; Theorem 4.1's rate is not claimed for μ > 0.
 
-Its rounds run compiled, as the built-in optimizers' do: `compiled_update` names three stage
-functions written here, which the engine compiles into its round loop (cached by numba, keyed
+Its round is written once, as the built-in optimizers' are: three stage functions here, which
+its inherited `query` and `update` run in Python and the engine compiles (cached by numba, keyed
 by this file's source). Nothing in the package names this file.
 """
 from __future__ import annotations
@@ -69,29 +69,23 @@ class MomentumSGD(SeqSGD):
         zero = np.zeros(self.problem.dim)
         return MomentumState(zero, zero.copy(), zero.copy(), 0)
 
-    def query(self, state: MomentumState) -> np.ndarray:
-        return state.theta
-
-    def update(self, state: MomentumState, noisy_mean: np.ndarray | None) -> MomentumState:
-        velocity = self.momentum * state.velocity + noisy_mean
-        theta = self.problem.project(state.theta - self.step_size * (1.0 - self.momentum) * velocity)
-        return MomentumState(theta, velocity, state.theta_sum + state.theta, state.steps + 1)
-
     def output(self, state: MomentumState) -> np.ndarray:
         return state.theta_sum / state.steps if state.steps else state.theta
 
     def hyperparameters(self) -> dict[str, float | int]:
         return {**super().hyperparameters(), "momentum": self.momentum}
 
-    def compiled_update(self) -> CompiledUpdate | None:
-        """Its round compiled (the stages below): no package edit, the kernel is built from them."""
-        if not keeps_twin(self, "compiled_update", STATE_FUNCTIONS):
-            return None
+    def stages(self) -> CompiledUpdate:
+        """The round (the stages below): `query` and `update` (pipeline.optimizers.base.Staged) run them
+        in Python, and the engine compiles them, with no package edit."""
         return CompiledUpdate(point_query, momentum_step, momentum_release, (self.step_size, self.momentum), 2)
 
+    def compiled_update(self) -> CompiledUpdate | None:
+        return self.stages() if keeps_twin(self, "compiled_update", STATE_FUNCTIONS) else None
 
-# The compiled round's stages (pipeline.optimizers.base.CompiledUpdate), in numba's subset, the same
-# float operations in the same order as `update` and `output`: state (θ, v, Σθ, t), extra = [v, Σθ].
+
+# The round's stages (pipeline.optimizers.base.CompiledUpdate), in numba's subset: state (θ, v, Σθ, t),
+# extra = [v, Σθ]. tests/oracles/optimizers.py holds the same round in numpy, the tests' oracle.
 
 def momentum_step(constants, theta, extra, steps, mean, out):
     """θ − η(1 − μ)(μv + ḡ), before the projection."""
