@@ -122,7 +122,7 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
         say(f"{len(summary.skipped)} runs already finished, skipped")
     if todo:
         executor = executor or engine.executor(first["execution.backend"], RunProgress(say))
-        _announce_work(todo, say)
+        _announce_work(todo, first["execution.backend"], say)
         _compile_first(todo, say)
         _Grid(tracker, store, executor, summary, say).run(todo)
     elif executor is not None:
@@ -148,9 +148,14 @@ def _planned(runs: list[RunConfig], finished: set[str], say: Callable[[str], Non
 ANNOUNCE_S = 10.0
 
 
-def _announce_work(todo: list[PlannedRun], say: Callable[[str], None]) -> None:
+def _announce_work(todo: list[PlannedRun], backend: str, say: Callable[[str], None]) -> None:
     """Says the grid's estimated compute (pipeline/work.py) when it is long: a run of one round
-    over 10⁹ users shows no rounds' progress for a minute or more."""
+    over 10⁹ users shows no rounds' progress for a minute or more; and on Ray, which runs are so
+    small that they run in the driver (engine.driver_runs)."""
+    tiny = engine.driver_runs([item.job for item in todo], backend)
+    if tiny:
+        say(f"{tiny} of {len(todo)} runs are tiny and run in this process, not in Ray tasks: a task costs more "
+            "than their compute (SHUFFLE_SCO_DRIVER_WORK=0 sends every run to Ray)")
     known = [item.estimate_s for item in todo if item.estimate_s is not None]
     if sum(known) >= ANNOUNCE_S:
         unknown = len(todo) - len(known)

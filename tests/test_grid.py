@@ -29,7 +29,8 @@ def _config(tmp_path, text=GRID):
 
 
 @pytest.mark.parametrize("placement", ["shard actors", "one task", "the driver"])
-def test_concurrent_ray_grid_matches_the_local_backend(ray_session, tmp_path, new_mlflow_store, monkeypatch, placement):
+def test_concurrent_ray_grid_matches_the_local_backend(ray_session, tmp_path, new_mlflow_store, monkeypatch, capsys,
+                                                      placement):
     """The grid's four runs of seed 0 give the local backend's run ids and results, bit for bit,
     on shard actors (twelve Ray processes: a run task and two shard actors each, on two CPUs),
     each in one task (ray_pool.in_one_task), and, as these tiny runs go by default
@@ -50,6 +51,8 @@ def test_concurrent_ray_grid_matches_the_local_backend(ray_session, tmp_path, ne
         args = ["run", str(path), "--out", str(out), "--set", f"execution.backend={backend}", "--set", "seeds=[0]",
                 "--set", f"tracking.mlflow_uri={new_mlflow_store(tmp_path / f'{backend}.db')}"]
         assert cli.main(args) == 0
+        said = "4 of 4 runs are tiny and run in this process" in capsys.readouterr().out
+        assert said == (backend == "ray" and placement == "the driver")  # the user is told where they ran
         runs = pd.read_parquet(out / "runs.parquet").set_index("run_id").sort_index()
         assert len(runs) == 4 and set(runs["status"]) == {"finished"}
         results[backend] = runs["final_excess_loss"]

@@ -82,6 +82,16 @@ def describe_backend(backend: str) -> str:
     return "in process, one run at a time (execution.backend: local)"
 
 
+def driver_runs(jobs: list[RunJob], backend: str) -> int:
+    """How many of a grid's runs on `backend` execute in the driver's process although the backend is
+    Ray: tiny ones, whose compute is less than a Ray task's own cost (ray_pool.in_driver)."""
+    if backend != "ray":
+        return 0
+    from pipeline.engine.ray_pool import in_driver
+
+    return sum(map(in_driver, jobs))
+
+
 def execute(job: RunJob, backend: str, shards: int,
             progress: Callable[[int, int], None] | None = None) -> tuple[Any, RoundRecords]:
     """Runs a job to completion.
@@ -107,4 +117,4 @@ def execute(job: RunJob, backend: str, shards: int,
 
 
 __all__ = ["BACKENDS", "EXACT", "LITERAL", "SIMULATIONS", "LocalExecutor", "ROUND_COLUMNS", "RoundRecord", "RoundRecords", "RunJob",
-           "compiles", "describe_backend", "drawn_per_block", "execute", "executor", "kernels_cached"]
+           "compiles", "describe_backend", "drawn_per_block", "driver_runs", "execute", "executor", "kernels_cached"]
