@@ -10,8 +10,8 @@ import numpy as np
 from pipeline.accounting.compositions import SEQUENTIAL
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
-from pipeline.optimizers.base import (STATE_FUNCTIONS, CompiledUpdate, Optimizer, RoundGroup, Staged, Schedule, best_batch_size,
-                                      protocol_mean_mse)
+from pipeline.optimizers.base import (STATE_FUNCTIONS, CompiledUpdate, Optimizer, RoundGroup, Schedule, Staged,
+                                      best_batch_size, protocol_mean_mse)
 from pipeline.problems.base import Problem
 from pipeline.problems.smoothed import MoreauSmoothed, require_prox
 from pipeline.twins import keeps_twin
