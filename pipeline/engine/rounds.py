@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
@@ -217,8 +218,9 @@ def compiled_stages(update: Any) -> tuple[Callable, Callable, Callable]:
     return fused_kernel.compiled_stages(update)
 
 
-# The latest steppers' compiled updates and stages: asked once per optimizer, not once per round
-# (the stepper is kept with them, so its id is not reused while it is here).
+# The latest steppers' compiled updates and stages: asked once per optimizer, not once per round.
+# A weak reference names the stepper (an id alone could be a later object's), and keeps no
+# problem's data alive after its run.
 _STEPPED: dict[int, tuple] = {}
 _STEPPED_KEPT = 8
 
@@ -226,9 +228,13 @@ _STEPPED_KEPT = 8
 def _stages_of(stepper: Any) -> tuple[Any, tuple | None]:
     """The stepper's compiled update (Optimizer.compiled_update) and its stages compiled, or (None, None)."""
     kept = _STEPPED.get(id(stepper))
-    if kept is None or kept[0] is not stepper:
+    if kept is None or kept[0]() is not stepper:
         update = stepper.compiled_update()
-        kept = stepper, update, None if update is None else compiled_stages(update)
+        try:
+            ref = weakref.ref(stepper)
+        except TypeError:  # a class with __slots__ and no weak references: kept, as one of eight
+            ref = lambda: stepper  # noqa: E731
+        kept = ref, update, None if update is None else compiled_stages(update)
         while len(_STEPPED) >= _STEPPED_KEPT:
             del _STEPPED[next(iter(_STEPPED))]
         _STEPPED[id(stepper)] = kept
