@@ -11,7 +11,7 @@ from oracles import optimizers as oracle  # tests/oracles/optimizers.py
 from pipeline import config, planning
 from pipeline.engine.rounds import compiled_stages
 from pipeline.errors import NonFiniteError
-from pipeline.optimizers.base import stage_query, stage_round
+from pipeline.optimizers.base import stage_arrays, stage_query, stage_round
 
 # (optimizer config, the oracle's query and update); seq_phased's phases, seq_agd_smoothed, are AC-SA on envelopes.
 CASES = {
@@ -67,9 +67,11 @@ def test_every_path_of_a_round_equals_the_numpy_oracle_bit_for_bit(case):
             mean = rng.normal(scale=float(rng.choice([0.01, 1.0, 30.0])), size=state[0].size)
             expected = update(optimizer, state, mean)
             assert np.array_equal(optimizer.query(state), query(optimizer, state))
-            assert np.array_equal(stage_query(optimizer.stages(), state, compiled[0]), query(optimizer, state))
+            arrays = stage_arrays(optimizer.stages(), state)
+            assert np.array_equal(stage_query(optimizer.stages(), arrays, compiled[0]), query(optimizer, state))
             assert _same(optimizer.update(state, mean), expected)  # the stages in Python
-            after, released = stage_round(optimizer.stages(), state, mean, optimizer.problem.project, compiled[1:])
+            after, released = stage_round(optimizer.stages(), state, arrays, mean, optimizer.problem.project,
+                                          compiled[1:])
             assert _same(after, expected)  # compiled, as the engine's Python rounds call them
             assert np.array_equal(released, optimizer.output(expected))  # the release is the output after the step
 
@@ -80,7 +82,8 @@ def test_a_release_that_is_not_finite_leaves_the_state_and_says_so():
     (optimizer,) = _optimizers("pnsgd")
     state = optimizer.init()
     mean = np.full(state[0].size, np.nan)
-    after, released = stage_round(optimizer.stages(), state, mean, optimizer.problem.project)
+    arrays = stage_arrays(optimizer.stages(), state)
+    after, released = stage_round(optimizer.stages(), state, arrays, mean, optimizer.problem.project)
     assert after is None and np.isnan(released[0])
     with pytest.raises(NonFiniteError, match="the model θ holds NaN"):
         optimizer.update(state, mean)

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 import numpy as np
 
 from pipeline.errors import NonFiniteError, value_class
-from pipeline.optimizers.base import stage_query, stage_round
+from pipeline.optimizers.base import stage_arrays, stage_query, stage_round
 from pipeline.protocols.base import RoundPlan
 
 # (plan, protocol parameters, θ) → the analyzer's statistic of the round.
@@ -266,7 +266,8 @@ def execute_rounds(job: Any, state: Any, start: int, stop: int, collect: Collect
         # the same functions in one loop); the others, and an empty round, their own functions.
         stepper, running = job.optimizer.stepping(state)
         update, stages = _stages_of(stepper)
-        query = job.optimizer.query(state) if stages is None else stage_query(update, running, stages[0])
+        arrays = None if stages is None else stage_arrays(update, running)  # one copy, queried then advanced
+        query = job.optimizer.query(state) if stages is None else stage_query(update, arrays, stages[0])
         counts = collect(plan, params, query)
         noisy_sum = job.protocol.decode(params, counts)
         # A Poisson or self-sampled round can be empty: the optimizer is told so (None).
@@ -276,7 +277,7 @@ def execute_rounds(job: Any, state: Any, start: int, stop: int, collect: Collect
             state = job.optimizer.update(state, mean)
             released = job.optimizer.output(state)
         else:  # a release that is not finite leaves the state as it was, and is reported below
-            after, released = stage_round(update, running, mean, stepper.problem.project, stages[1:])
+            after, released = stage_round(update, running, arrays, mean, stepper.problem.project, stages[1:])
             state = state if after is None else job.optimizer.advanced(state, after, 1)
         for name, value in (("the analyzer's estimate", noisy_sum), ("the model θ", released)):
             if not np.isfinite(value).all():

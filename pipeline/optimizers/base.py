@@ -102,25 +102,29 @@ class CompiledUpdate(NamedTuple):
 def stage_arrays(update: CompiledUpdate, state: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The stages' copy of a state tuple (θ, v_1, …, v_k, t): θ, the (k, d) array `extra` and [t]."""
     theta = np.array(state[0], np.float64)
-    extra = np.array(state[1:1 + update.vectors], np.float64).reshape(update.vectors, theta.size)
+    extra = np.empty((update.vectors, theta.size))
+    for row, vector in enumerate(state[1:1 + update.vectors]):
+        extra[row] = vector
     return theta, extra, np.array([state[-1]], np.int64)
 
 
-def stage_query(update: CompiledUpdate, state: tuple, query: Callable | None = None) -> np.ndarray:
-    """The round's query point by the stages (`query`: a compiled twin of update.query to call instead)."""
-    theta, extra, steps = stage_arrays(update, state)
-    out = np.empty_like(theta)
-    (query or update.query)(update.constants, theta, extra, steps, out)
+def stage_query(update: CompiledUpdate, arrays: tuple, query: Callable | None = None) -> np.ndarray:
+    """The round's query point by the stages, from the state's arrays (stage_arrays, left as they
+    are); `query`: a compiled twin of update.query to call instead."""
+    out = np.empty_like(arrays[0])
+    (query or update.query)(update.constants, *arrays, out)
     return out
 
 
-def stage_round(update: CompiledUpdate, state: tuple, noisy_mean: np.ndarray, project: Callable[[np.ndarray], np.ndarray],
+def stage_round(update: CompiledUpdate, state: tuple, arrays: tuple, noisy_mean: np.ndarray,
+                project: Callable[[np.ndarray], np.ndarray],
                 functions: tuple[Callable, Callable] | None = None) -> tuple[tuple | None, np.ndarray]:
     """One round's update by the stages: step, `project`, release (CompiledUpdate).
 
     Args:
       update: the optimizer's stages.
-      state: its state tuple before the round.
+      state: its state tuple before the round (its type is the result's).
+      arrays: the state's arrays (stage_arrays), advanced in place.
       noisy_mean: the round's mean estimate.
       project: the problem's projection onto Θ.
       functions: compiled twins of (update.step, update.release) to call instead (the engine's).
@@ -130,7 +134,7 @@ def stage_round(update: CompiledUpdate, state: tuple, noisy_mean: np.ndarray, pr
       including its first non-finite coordinate) where the release is not finite.
     """
     step_stage, release_stage = functions or (update.step, update.release)
-    theta, extra, steps = stage_arrays(update, state)
+    theta, extra, steps = arrays
     step, released = np.empty_like(theta), np.empty_like(theta)
     step_stage(update.constants, theta, extra, steps, noisy_mean, step)
     if not release_stage(update.constants, theta, extra, steps, noisy_mean, project(step), released):
@@ -150,7 +154,8 @@ class Staged:
         raise NotImplementedError
 
     def query(self, state: tuple) -> np.ndarray:
-        return stage_query(self.stages(), state)
+        update = self.stages()
+        return stage_query(update, stage_arrays(update, state))
 
     def update(self, state: tuple, noisy_mean: np.ndarray | None) -> tuple:
         """The stages' round (stage_round).
@@ -161,7 +166,8 @@ class Staged:
         """
         if noisy_mean is None:
             raise ValueError(f"{type(self).__name__} steps on an estimate every round: its rounds are never empty")
-        after, released = stage_round(self.stages(), state, noisy_mean, self.problem.project)
+        update = self.stages()
+        after, released = stage_round(update, state, stage_arrays(update, state), noisy_mean, self.problem.project)
         if after is None:
             raise NonFiniteError(f"the model θ holds {value_class(released)}")
         return after
