@@ -26,10 +26,9 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from pipeline.optimizers.averaged import point_query
-from pipeline.optimizers.base import STATE_FUNCTIONS, CompiledUpdate
+from pipeline.optimizers.base import CompiledUpdate
 from pipeline.optimizers.seq_sgd import SeqSGD
 from pipeline.options import Option, real
-from pipeline.twins import keeps_twin
 
 
 class AdaGradNormState(NamedTuple):
@@ -77,9 +76,6 @@ class AdaGradNorm(SeqSGD):
     def stages(self) -> CompiledUpdate:
         """The round: `query` and `update` (pipeline.optimizers.base.Staged) run these in Python."""
         return CompiledUpdate(point_query, adagrad_norm_step, adagrad_norm_release, (float(self.step_size),), 2)
-
-    def compiled_update(self) -> CompiledUpdate | None:
-        return self.stages() if keeps_twin(self, "compiled_update", STATE_FUNCTIONS) else None
 
 
 # The round's stages, in numba's subset: state (θ, b², Σθ, t), extra = [b² in every coordinate, Σθ].

@@ -27,10 +27,9 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from pipeline.optimizers.averaged import point_query
-from pipeline.optimizers.base import STATE_FUNCTIONS, CompiledUpdate
+from pipeline.optimizers.base import CompiledUpdate
 from pipeline.optimizers.seq_sgd import SeqSGD
 from pipeline.options import Option, real
-from pipeline.twins import keeps_twin
 
 
 class MomentumState(NamedTuple):
@@ -79,9 +78,6 @@ class MomentumSGD(SeqSGD):
         """The round (the stages below): `query` and `update` (pipeline.optimizers.base.Staged) run them
         in Python, and the engine compiles them, with no package edit."""
         return CompiledUpdate(point_query, momentum_step, momentum_release, (self.step_size, self.momentum), 2)
-
-    def compiled_update(self) -> CompiledUpdate | None:
-        return self.stages() if keeps_twin(self, "compiled_update", STATE_FUNCTIONS) else None
 
 
 # The round's stages (pipeline.optimizers.base.CompiledUpdate), in numba's subset: state (θ, v, Σθ, t),

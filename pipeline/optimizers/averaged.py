@@ -7,8 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from pipeline.optimizers.base import STATE_FUNCTIONS, CompiledUpdate, Optimizer, Staged
-from pipeline.twins import keeps_twin
+from pipeline.optimizers.base import CompiledUpdate, Optimizer, Staged
 
 
 class AveragedState(NamedTuple):
@@ -39,9 +38,6 @@ class AveragedProjectedDescent(Staged, Optimizer):
     def stages(self) -> CompiledUpdate:
         """query θ; step θ − ηḡ; release the average, then (π(step), Σθ + θ, t + 1): the stages below."""
         return CompiledUpdate(point_query, gradient_step, averaged_release, (self.step_size,), 1)
-
-    def compiled_update(self) -> CompiledUpdate | None:
-        return self.stages() if keeps_twin(self, "compiled_update", STATE_FUNCTIONS) else None
 
 
 # The compiled round's stages (Optimizer.compiled_update), in numba's subset: state (θ, Σθ, t).

@@ -22,6 +22,7 @@ from pipeline.options import Option
 from pipeline.problems.base import Problem
 from pipeline.problems.smoothed import MoreauSmoothed
 from pipeline.protocols.base import DATA, GRADIENTS, PRIVACY_MODELS, RoundPlan
+from pipeline.twins import keeps_twin
 
 # What a RoundGroup passes on to each of its rounds' plans unchanged.
 _PLAN_FIELDS = tuple(field.name for field in dataclasses.fields(RoundPlan)
@@ -148,10 +149,17 @@ class Staged:
     (pipeline.engine.rounds on the Python path, fused_kernel in the fused rounds). The numpy
     formulas they replace are the tests' oracle (tests/oracles/optimizers.py)."""
 
+    # The methods the stages reproduce: a subclass that overrides one of them, and not `stages`,
+    # keeps its own round, in Python (pipeline.twins.keeps_twin).
+    reproduces: ClassVar[tuple[str, ...]] = STATE_FUNCTIONS
+
     def stages(self) -> CompiledUpdate:
-        """This optimizer's stages, whichever class inherits them (compiled_update adds the guard
-        that the compiled rounds may take them)."""
+        """This optimizer's stages, whichever class inherits them."""
         raise NotImplementedError
+
+    def compiled_update(self) -> CompiledUpdate | None:
+        """The stages, for the compiled rounds, unless a subclass changed what they reproduce."""
+        return self.stages() if keeps_twin(self, "stages", self.reproduces) else None
 
     def query(self, state: tuple) -> np.ndarray:
         update = self.stages()

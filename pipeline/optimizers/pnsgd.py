@@ -12,11 +12,10 @@ from pipeline.accounting.compositions import FINAL_ITERATE
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.averaged import gradient_step, point_query
-from pipeline.optimizers.base import STATE_FUNCTIONS, CompiledUpdate, Optimizer, RoundGroup, Schedule, Staged
+from pipeline.optimizers.base import CompiledUpdate, Optimizer, RoundGroup, Schedule, Staged
 from pipeline.optimizers.sampled_sgd import LastIterateState
 from pipeline.problems.base import Problem
 from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE
-from pipeline.twins import keeps_twin
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,9 +107,6 @@ class PNSGD(Staged, Optimizer):
     def stages(self) -> CompiledUpdate:
         """query θ; step θ − ηḡ; release π(step), the last iterate: (π(step), t + 1)."""
         return CompiledUpdate(point_query, gradient_step, last_release, (self.step_size,), 0)
-
-    def compiled_update(self) -> CompiledUpdate | None:
-        return self.stages() if keeps_twin(self, "compiled_update", STATE_FUNCTIONS) else None
 
 
 def last_release(constants, theta, extra, steps, mean, projected, released):

@@ -14,7 +14,6 @@ from pipeline.optimizers.base import (STATE_FUNCTIONS, CompiledUpdate, Optimizer
                                       best_batch_size, protocol_mean_mse)
 from pipeline.problems.base import Problem
 from pipeline.problems.smoothed import MoreauSmoothed, require_prox
-from pipeline.twins import keeps_twin
 
 PAPER, CALIBRATED = "paper", "calibrated"
 PARAMETER_MODES = (PAPER, CALIBRATED)
@@ -166,14 +165,12 @@ class SeqAGD(Staged, Optimizer):
     def output(self, state: AcsaState) -> np.ndarray:
         return state.theta_ag
 
+    reproduces: ClassVar[tuple[str, ...]] = (*STATE_FUNCTIONS, "curvature", "curvature_scale")
+
     def stages(self) -> CompiledUpdate:
         """AC-SA's round (Lan 2012; seed 000 Algorithm 4): the stages below, L_t = curvature_scale/(t + 1)
         (a subclass that changes `curvature` changes `stages` with it)."""
         return CompiledUpdate(acsa_query, acsa_step, acsa_release, (self.curvature_scale,), 1)
-
-    def compiled_update(self) -> CompiledUpdate | None:
-        kept = keeps_twin(self, "compiled_update", (*STATE_FUNCTIONS, "curvature", "curvature_scale"))
-        return self.stages() if kept else None
 
     def theory_rate(self) -> float:
         return theory.seq_agd_rate(self.problem, self.n_users, self.epsilon, self.delta)
