@@ -13,13 +13,13 @@ from pipeline import engine
 from pipeline.config import RunConfig
 from pipeline.errors import LeaseLost
 from pipeline.interrupts import Interrupts, bounded
-from pipeline.planning import PlannedRun, plan_all, plan_run
 from pipeline.progress import RunProgress, noted_if_long, progress_bar
 from pipeline.run_plot import draws_plots
 from pipeline.work import duration
-from pipeline.recording import NOT_STARTED, error_line, fail_run, now, record_run, start_run
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # planning and recording (the accountants, 0.7 s of imports) load when a run needs them:
+    # a rerun of a finished grid plans and records nothing
+    from pipeline.planning import PlannedRun
     from pipeline.tracking import MlflowTracker, ParquetStore
 
 
@@ -44,14 +44,17 @@ def execute_run(planned: PlannedRun, tracker: MlflowTracker, store: ParquetStore
     Raises:
       Whatever the run raised, after marking it failed in both sinks.
     """
-    began, started_at = time.perf_counter(), now()
-    mlflow_run_id = start_run(planned, tracker, store.shown)
+    from pipeline import recording
+
+    began, started_at = time.perf_counter(), recording.now()
+    mlflow_run_id = recording.start_run(planned, tracker, store.shown)
     try:
         run = planned.config
         _, records = engine.execute(planned.job, run["execution.backend"], run["execution.shards"])
-        return record_run(planned, records, time.perf_counter() - began, mlflow_run_id, started_at, tracker, store)
+        return recording.record_run(planned, records, time.perf_counter() - began, mlflow_run_id, started_at, tracker,
+                                    store)
     except BaseException as error:
-        fail_run(planned, time.perf_counter() - began, mlflow_run_id, started_at, tracker, store, error)
+        recording.fail_run(planned, time.perf_counter() - began, mlflow_run_id, started_at, tracker, store, error)
         raise
     finally:
         tracker.flush()
@@ -139,6 +142,8 @@ def _planned(runs: list[RunConfig], finished: set[str], say: Callable[[str], Non
     pending = list({run.run_id: run for run in runs if run.run_id not in finished}.values())
     if not pending:
         return {}
+    from pipeline.planning import plan_all  # here: a rerun of a finished grid loads no accountant
+
     # Planning calibrates every protocol (a numerical search per round shape): say so.
     say(f"planning {len(pending)} runs (protocol calibration and ledgers)")
     return {item.config.run_id: item for item in plan_all(pending, say)}
@@ -176,6 +181,8 @@ def _compile_first(todo: list[PlannedRun], say: Callable[[str], None]) -> None:
     15 s, after which the shard processes load the cache instead of each compiling while its
     run's progress counts rounds. A small run that cannot be planned is left out (its run
     compiles as before), as is a kernel the warm cache lacks (compiled in its run)."""
+    from pipeline import planning
+
     needing = {tuple(item.config[field] for field in ("problem.name", "optimizer.name", "privacy.protocol",
                                                       "privacy.accounting")): item
                for item in todo if engine.compiles(item.job)}
@@ -188,7 +195,7 @@ def _compile_first(todo: list[PlannedRun], say: Callable[[str], None]) -> None:
         small = RunConfig({**config.values, "n_users": WARM_USERS, "execution.backend": "local", "execution.shards": 1},
                           config.seed)
         with contextlib.suppress(Exception):
-            engine.execute(plan_run(small).job, "local", 1)
+            engine.execute(planning.plan_run(small).job, "local", 1)
     say(f"kernels compiled in {time.perf_counter() - began:.0f} s")
 
 
@@ -252,11 +259,15 @@ class _Grid:
 
     def fail_in_flight(self, stop: BaseException) -> None:
         """Marks every run in flight failed (also the signal watchdog's, if the main thread is blocked)."""
+        from pipeline.recording import fail_run
+
         for item, mlflow_run_id, run_began, started_at in list(self.started.values()):
             fail_run(item, time.perf_counter() - run_began, mlflow_run_id, started_at, self.tracker, self.store, stop)
 
     def _start(self, item: PlannedRun) -> None:
         """Opens a run's MLflow run and submits it; a run the store refuses fails alone."""
+        from pipeline.recording import NOT_STARTED, error_line, fail_run, now, start_run
+
         self.store.check_held()  # a driver that lost the folder starts no MLflow run in it (LeaseLost)
         try:
             mlflow_run_id = start_run(item, self.tracker, self.store.shown)
@@ -271,6 +282,8 @@ class _Grid:
 
     def _record(self, run_id: str, outcome, interrupts: Interrupts) -> None:
         """Records a finished run, or marks it failed: one failing run does not stop the grid."""
+        from pipeline.recording import fail_run, record_run
+
         item, mlflow_run_id, run_began, started_at = self.started[run_id]  # in flight until recorded or failed
         wall_s = time.perf_counter() - run_began
         try:
