@@ -674,3 +674,28 @@ def test_the_loader_re_derives_every_ledger_where_no_plugin_runs(tmp_path, new_m
     assert check[ids[1]].startswith("spends ε = ") and check[ids[1]].endswith("above its target")
     assert check[ids[2]] == "no readable ledger.json" and check[ids[3]] == "verified"
     assert "ledger_check" not in results.load(out, verify=False)[0]
+
+
+def test_a_grid_start_reads_the_runs_parts_again_only_when_they_changed(tmp_path, monkeypatch):
+    """check_readable, then finished_runs before and under the lock: one read of a folder's runs
+    parts (1.5 s for 1,000 of them), and a fresh one after a part is added or rewritten."""
+    from pipeline.tracking import ParquetStore, parquet_store
+
+    reads = []
+    real = parquet_store.read_table
+    monkeypatch.setattr(parquet_store, "read_table", lambda *args: reads.append(args[2]) or real(*args))
+    store = ParquetStore(tmp_path)
+
+    def commit(run_id: str, status: str) -> None:
+        row = {"run_id": run_id, "mlflow_run_id": f"m-{run_id}", "experiment": "e", "status": status}
+        rounds = pd.DataFrame([{"run_id": run_id, "mlflow_run_id": f"m-{run_id}", "experiment": "e", "round": 0}])
+        store.commit(row, rounds, results.KINDS)
+
+    commit("a", "finished")
+    store.check_readable()
+    assert store.finished_runs() == store.finished_runs() == {"a": "m-a"}
+    assert reads == ["runs.parquet"]
+    commit("b", "finished")
+    assert store.finished_runs() == {"a": "m-a", "b": "m-b"} and reads == ["runs.parquet"] * 2
+    commit("b", "failed")  # the same part rewritten (fail_run after a finished row)
+    assert store.finished_runs() == {"a": "m-a"} and reads == ["runs.parquet"] * 3

@@ -85,8 +85,13 @@ class Location:
 
     def files(self, folder: str, suffix: str = "") -> list[str]:
         """The paths of the files under `folder` (recursively) whose names end in `suffix`; [] if none."""
+        return [path for path, _, _ in self.listing(folder, suffix)]
+
+    def listing(self, folder: str, suffix: str = "") -> list[tuple[str, int, int]]:
+        """(path, size, modification time in ns) of each file `files` names, in its order: what changes
+        when one of them is written."""
         selector = pafs.FileSelector(folder, allow_not_found=True, recursive=True)
-        return sorted(info.path for info in self.filesystem.get_file_info(selector)
+        return sorted((info.path, info.size, info.mtime_ns or 0) for info in self.filesystem.get_file_info(selector)
                       if info.type == pafs.FileType.File and info.path.endswith(suffix)
                       and not info.base_name.startswith("."))
 
