@@ -579,6 +579,41 @@ print(sum(kernel.stats.cache_hits.values()), sum(kernel.stats.cache_misses.value
 """
 
 
+def test_two_processes_saving_into_one_kernel_cache_at_once_keep_each_entry_its_own_code(tmp_path):
+    """Every round kernel shares one numba index file (its entries keyed by _KeyedCache), and
+    numba's own save reads the index, takes the first free data file and writes both, so two
+    processes compiling different kernels at once could leave one key naming the other's machine
+    code (numba issues 4807, 10128): a crashed test worker in CI. Here writer a pauses between
+    reading the index and writing it, while writer b saves: under the lock b waits, and both
+    entries load their own code; without it, b's entry is lost or loads a's code."""
+    import threading
+
+    from pipeline.engine.fused_kernel import _LockedCacheFile
+
+    def cache_file():
+        return _LockedCacheFile(str(tmp_path), "rounds", "stamp")
+
+    writer_a, writer_b = cache_file(), cache_file()
+    a_read, b_saved = threading.Event(), threading.Event()
+    read_index = writer_a._load_index
+
+    def read_then_pause():
+        overloads = read_index()
+        a_read.set()
+        b_saved.wait(timeout=1.0)  # b saves here unless the lock holds it back
+        return overloads
+
+    writer_a._load_index = read_then_pause
+    a = threading.Thread(target=writer_a.save, args=("key a", "code a"))
+    a.start()
+    assert a_read.wait(timeout=30)
+    b = threading.Thread(target=lambda: (writer_b.save("key b", "code b"), b_saved.set()))
+    b.start()
+    a.join(), b.join()
+    reader = cache_file()
+    assert (reader.load("key a"), reader.load("key b")) == ("code a", "code b")
+
+
 def test_a_round_kernel_compiled_by_one_process_is_loaded_by_the_next():
     """A round kernel's cache key is the same in every process (fused_kernel._KeyedCache): numba's
     own key pickled the closure's dispatchers with a uuid per process, so each process (each shard

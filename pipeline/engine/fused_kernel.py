@@ -24,10 +24,12 @@ from __future__ import annotations
 import hashlib
 import os
 
+import filelock
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
-from numba.core.caching import FunctionCache
+from numba.core.caching import FunctionCache, IndexDataCacheFile
 from numba.extending import intrinsic, register_jitable
 # numba's twin of numpy's BTPE (the Generator path), built over any next_double: the
 # rejection scaffolding and the squeeze constants follow the installed numpy.
@@ -36,6 +38,65 @@ from numba.np.random._constants import fi_double, ki_double, wi_double, ziggurat
 from numba.np.random.distributions import _binomial_btpe_squeeze
 
 from pipeline.problems.base import QUADRATIC, SIGN
+
+
+# --- numba's on-disk cache, safe across processes -------------------------------------------
+
+class _LockedCacheFile(IndexDataCacheFile):
+    """numba's index and data files of one function's cache, read and written under a file lock.
+
+    numba saves an entry by reading the index, naming the data file by the first free number,
+    then writing both; two processes compiling different signatures (or, here, different round
+    kernels, which share one index: _KeyedCache) at once both take number 1, and whichever data
+    file lands last is then loaded for the other's key: the wrong machine code for its
+    arguments, a crash or wrong numbers (numba issues 4807, 10128). The lock makes each save a
+    whole read-modify-write and each load a consistent read.
+    """
+
+    LOCK_TIMEOUT_S = 60.0  # past it the cache is skipped: a compile, never a wait without end
+
+    def _locked(self):
+        return filelock.FileLock(self._index_path + ".lock", timeout=self.LOCK_TIMEOUT_S)
+
+    def save(self, key, data):
+        try:
+            with self._locked():
+                super().save(key, data)
+        except filelock.Timeout:
+            pass
+
+    def load(self, key):
+        try:
+            with self._locked():
+                return super().load(key)
+        except filelock.Timeout:
+            return None
+
+
+class _LockedCache(FunctionCache):
+    """numba's FunctionCache over _LockedCacheFile."""
+
+    def __init__(self, py_func):
+        super().__init__(py_func)
+        self._cache_file = _LockedCacheFile(self._cache_path, self._impl.filename_base,
+                                            self._impl.locator.get_source_stamp())
+
+
+def cached(**options):
+    """numba's njit with its on-disk cache (what cache=True gives) behind a file lock (_LockedCache).
+
+    Args:
+      **options: njit's options (nogil, …), not `cache`.
+
+    Returns:
+      A decorator: function → its dispatcher.
+    """
+    def compile_later(function):
+        dispatcher = njit(**options)(function)
+        dispatcher._cache = _LockedCache(dispatcher.py_func)
+        return dispatcher
+
+    return compile_later
 
 
 # --- the generator ----------------------------------------------------------------------
@@ -65,7 +126,7 @@ def _mulhilo(typing_context, a, b):
     return signature, codegen
 
 
-@njit(cache=True)
+@cached()
 def _philox(c0, c1, c2, c3, k0, k1):
     """Philox4x64-10 of the counter (c0..c3) under the key (k0, k1): four raw outputs."""
     for step in range(10):
@@ -78,7 +139,7 @@ def _philox(c0, c1, c2, c3, k0, k1):
     return c0, c1, c2, c3
 
 
-@njit(cache=True)
+@cached()
 def _increment(c0, c1, c2, c3):
     """The 256-bit counter plus one (numpy increments it before each block)."""
     c0 += _ONE
@@ -91,7 +152,7 @@ def _increment(c0, c1, c2, c3):
     return c0, c1, c2, c3
 
 
-@njit(cache=True)
+@cached()
 def _next_block(state):
     """Advances the counter by one (with carry) and fills the buffer with Philox4x64-10 of it."""
     c0, c1, c2, c3 = _increment(state[0], state[1], state[2], state[3])
@@ -102,7 +163,7 @@ def _next_block(state):
     state[_POSITION] = 0
 
 
-@njit(cache=True)
+@cached()
 def fill_raw(state, out, count):
     """out[:count] = the next `count` raw outputs (numpy's `random_raw(count)`): the buffer's
     rest, then whole blocks with the counter held in registers (a call per output took 1.7
@@ -127,7 +188,7 @@ def fill_raw(state, out, count):
         index += 1
 
 
-@njit(cache=True)
+@cached()
 def next_uint64(state):
     """The next raw 64-bit output (numpy's `random_raw`)."""
     if state[_POSITION] >= 4:
@@ -137,19 +198,19 @@ def next_uint64(state):
     return out
 
 
-@njit(cache=True)
+@cached()
 def _unit(raw):
     """A raw output's uniform double on [0, 1) (numpy's `next_double`: the top 53 bits)."""
     return np.float64(raw >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
-@njit(cache=True)
+@cached()
 def next_double(state):
     """The next uniform double on [0, 1) (numpy's `random()`)."""
     return _unit(next_uint64(state))
 
 
-@njit(cache=True)
+@cached()
 def rekey(state, key, counter):
     """Sets `state` to a new generator's: the run's key, the stream's first counter, an
     empty buffer (Streams.__call__ in pipeline.engine.layout)."""
@@ -163,7 +224,7 @@ def rekey(state, key, counter):
 _LOW_HALF = np.uint64(0xFFFFFFFF)
 
 
-@njit(cache=True)
+@cached()
 def next_uint32(state):
     """numpy's 32-bit draw of Philox: a raw output's low half, then at the next call its high half."""
     if state[_HAS_HALF]:
@@ -174,7 +235,7 @@ def next_uint32(state):
     return raw & _LOW_HALF
 
 
-@njit(cache=True)
+@cached()
 def bounded(state, bound):
     """One `Generator.integers(0, bound)` draw for 1 ≤ bound < 2³² (numpy's
     buffered_bounded_lemire_uint32: Lemire's multiply and reject over 32-bit draws); a bound
@@ -193,7 +254,7 @@ def bounded(state, bound):
 _btpe = make_binomial_btpe(next_double, _binomial_btpe_squeeze)
 
 
-@njit(cache=True)
+@cached()
 def _inversion(state, n, p):
     """numpy's random_binomial_inversion: Binomial(n, p) for n·p ≤ 30, p ≤ ½."""
     q = 1.0 - p
@@ -215,7 +276,7 @@ def _inversion(state, n, p):
     return x
 
 
-@njit(cache=True)
+@cached()
 def binomial(state, n, p):
     """One Binomial(n, p) draw, as `Generator.binomial(n, p)` (numpy's random_binomial)."""
     if n == 0 or p == 0.0:
@@ -235,7 +296,7 @@ _LAYER = np.uint64(0xFF)
 _ONES_BYTES = np.uint64(0x0101010101010101)  # a byte of 1 in every byte of a word
 
 
-@njit(cache=True)
+@cached()
 def _box(raw):
     """The ziggurat's first test of a raw output: its low 8 bits pick a layer, bit 8 a sign,
     the next 52 a magnitude; whether that lands inside the layer's box (99% of draws), and
@@ -275,13 +336,13 @@ def _ziggurat(next_raw):
 _normal_of_state = _ziggurat(next_uint64)
 
 
-@njit(cache=True)
+@cached()
 def standard_normal(state):
     """One standard normal from the generator `state`, as numpy's (_ziggurat)."""
     return _normal_of_state(state)
 
 
-@njit(cache=True)
+@cached()
 def standard_normals(state, out, count):
     """out[:count] = `count` standard normals from the generator `state`, as numpy's draw
     them: the box's test inline in the loop (a call a normal took twice as long), else
@@ -297,7 +358,7 @@ def standard_normals(state, out, count):
             out[index] = standard_normal(state)
 
 
-@njit(cache=True)
+@cached()
 def _next_on_tape(source):
     """The next raw output of a (tape, cursor, state) source: the tape's while it lasts, then
     the generator `state`'s (which continues the stream past the tape)."""
@@ -312,7 +373,7 @@ def _next_on_tape(source):
 _normal_on_tape = _ziggurat(_next_on_tape)
 
 
-@njit(cache=True, nogil=True)  # nogil: the next block's users are drawn while the kernel runs
+@cached(nogil=True)  # nogil: the next block's users are drawn while the kernel runs
 def normals(state, out, tape):
     """Fills `out` with the standard normals that numpy's `standard_normal(out.size)` draws from
     the generator `state`, and leaves `state` after them. Raw outputs are drawn a tape at a time
@@ -358,7 +419,7 @@ def normals(state, out, tape):
                 done += 1
 
 
-@njit(cache=True, nogil=True)
+@cached(nogil=True)
 def quadratic_users(state, out, tape, spread, optimum, norms):
     """Quadratic.from_normals of the stream's next normals (`normals`): out (d, users) holds
     the users, each normal direction scaled to the sphere of radius `spread` (its norm summed
@@ -380,7 +441,7 @@ def quadratic_users(state, out, tape, spread, optimum, norms):
             row[user] = row[user] * norms[user] + centre
 
 
-@njit(cache=True, nogil=True)
+@cached(nogil=True)
 def finite_users(state, out, tape, cdf, support, picks):
     """finite.sample_support's users, `rng.choice(K, size=users, p=weights)` then the support's
     columns: out (d, users) holds them. numpy's choice draws one uniform double a user
@@ -409,7 +470,7 @@ def finite_users(state, out, tape, cdf, support, picks):
         done += size
 
 
-@njit(cache=True, nogil=True)
+@cached(nogil=True)
 def bernoulli_users(state, out, tape, means):
     """Bernoulli.sample's users: out (d, users) holds (random((d, users)) < μ[:, None]) as
     floats, one uniform double per coordinate in (coordinate, user) order, raw outputs drawn a
@@ -428,7 +489,7 @@ def bernoulli_users(state, out, tape, means):
 # --- the rounds -------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@cached()
 def _block_sum(values, first, count):
     """numpy's pairwise sum of at most 128 elements: 8 accumulators, combined as a tree."""
     if count < 8:
@@ -449,7 +510,7 @@ def _block_sum(values, first, count):
     return total
 
 
-@njit(cache=True)
+@cached()
 def pairwise_sum(values, first, count):
     """numpy's pairwise sum of values[first: first + count] (np.add.reduce of a contiguous
     float64 array): blocks of at most 128 elements, halves (a multiple of 8 on the left)
@@ -483,7 +544,7 @@ def pairwise_sum(values, first, count):
     return sums[0]
 
 
-@njit(cache=True)
+@cached()
 def _sign(value):
     """numpy's sign of a float: ±1, 0 for ±0 (a positive zero), NaN for NaN."""
     if value > 0.0:
@@ -493,7 +554,7 @@ def _sign(value):
     return 0.0 if value == 0.0 else value
 
 
-@njit(cache=True)
+@cached()
 def _gradients(problem, query, data, column, users, out, norms):
     """The problem's gradients of a chunk of users (data columns [column, column + users)) into
     `out` in (coordinate, user) order, and their norms, summed coordinate by coordinate
@@ -541,7 +602,7 @@ def _gradients(problem, query, data, column, users, out, norms):
     return True
 
 
-@njit(cache=True)
+@cached()
 def _scaled(gradient, factor, scale_bound, top):
     """One user-coordinate's 256·s: its gradient clipped and scaled, shifted, clamped to [0, top]
     (cjmp._shift_and_scale's multiply, add and clip, rounded as numpy rounds them)."""
@@ -552,7 +613,7 @@ _LOW_BYTE = np.uint64(0xFF)
 _HIGH_BITS = np.uint64(0x8080808080808080)
 
 
-@njit(cache=True)
+@cached()
 def _note_ties(lows, size, ties):
     """The indices below `size` whose byte in `lows` (uint64 words read as little-endian bytes)
     is 255, in order, into `ties`; returns how many. Eight bytes a test: a word holds a 255
@@ -569,7 +630,7 @@ def _note_ties(lows, size, ties):
     return count
 
 
-@njit(cache=True)
+@cached()
 def _rounded_chunk(problem, query, data, column, users, state, scale_bound, bound, top, gradients, factors, raws, lows, ties,
                    rounded):
     """cjmp._rounded_sum of one chunk of users (data columns [column, column + users)), added
@@ -608,7 +669,7 @@ def _rounded_chunk(problem, query, data, column, users, state, scale_bound, boun
     return True
 
 
-@njit(cache=True)
+@cached()
 def _column_norms(values, dim, users, norms):
     """numerics.column_norms of a (d, users) array in (coordinate, user) order: each column's
     squares added coordinate by coordinate."""
@@ -619,7 +680,7 @@ def _column_norms(values, dim, users, norms):
         norms[user] = np.sqrt(total)
 
 
-@njit(cache=True)
+@cached()
 def _duchi_reports(inputs, dim, users, state, radius, agreement, report_norm, norms, work):
     """sums.duchi_reports of a chunk's clipped inputs, in place: per user a sign, one uniform
     each; the sphere's normals in (coordinate, user) order, each column normalized; one
@@ -649,7 +710,7 @@ def _duchi_reports(inputs, dim, users, state, radius, agreement, report_norm, no
             inputs[coordinate * users + user] = report_norm * (-value if flip else value)
 
 
-@njit(cache=True)
+@cached()
 def _summed_chunk(problem, query, data, column, users, state, norm_bound, user_noise, user_sigma, local_reports, agreement,
                   report_norm, inputs, norms, local_work, total):
     """sums._reports of one chunk of users (data columns [column, column + users)), summed per
@@ -681,7 +742,7 @@ def _summed_chunk(problem, query, data, column, users, state, norm_bound, user_n
     return True
 
 
-@njit(cache=True)
+@cached()
 def _hadamard(values, spare, size, columns):
     """girgis._fwht along the first axis of values (size × columns, row-major), in place: the
     butterflies of each stage written to `spare` and back (the same sums and differences in
@@ -703,7 +764,7 @@ def _hadamard(values, spare, size, columns):
 _LINF, _L2, _L1 = 0, 1, 2
 
 
-@njit(cache=True)
+@cached()
 def _girgis_cube(inputs, norms, users, kind, coded, ball, clip_radius, signs, units, spare):
     """girgis._unit_cube of a chunk's gradients for linf or l2: the projection into the ball
     (linf: each coordinate clipped to ±r; l2: scaled by r/max(‖g‖, r), padded, signed by D,
@@ -724,7 +785,7 @@ def _girgis_cube(inputs, norms, users, kind, coded, ball, clip_radius, signs, un
     return cube
 
 
-@njit(cache=True)
+@cached()
 def _girgis_l1(inputs, users, state, coded, ball, hadamard, units, spare, indices, hist):
     """girgis._encode_l1 of a chunk's gradients: each scaled into the ℓ1 ball of radius r (its
     |coordinates| summed in order, numerics.column_sums), padded and transformed by H; one
@@ -750,7 +811,7 @@ def _girgis_l1(inputs, users, state, coded, ball, hadamard, units, spare, indice
             hist[0, picked, 1] += 1
 
 
-@njit(cache=True)
+@cached()
 def _girgis_chunk(problem, query, data, column, users, state, kind, coded, width, levels, messages, ball, clip_radius,
                   hadamard, flips, signs, work, hist):
     """girgis.encode_block of one chunk of users (data columns [column, column + users)) for
@@ -789,7 +850,7 @@ def _girgis_chunk(problem, query, data, column, users, state, kind, coded, width
     return True
 
 
-@njit(cache=True)
+@cached()
 def _girgis_estimate(hist, users, kind, dim, coded, width, levels, ball, clip_radius, hadamard, flips, weights, signs,
                      sums, spare, estimate):
     """girgis.decode of a round's histograms into `estimate`. l1: r·c·H(2·ones − counts).
@@ -833,7 +894,7 @@ def _project(step, radius, squares):
             step[coordinate] *= shrink
 
 
-@njit(cache=True)
+@cached()
 def _losses(problem, released, squares):
     """The released model's (excess, population) losses. Quadratic: ½‖θ − θ*‖², its squares
     summed as numpy's pairwise sum, and that plus ½·spread². Absolute and Elastic
@@ -870,7 +931,7 @@ def _losses(problem, released, squares):
     return excess, population
 
 
-@njit(cache=True)
+@cached()
 def _segment(user, stop_user, block_size, round_index, key, counter, state):
     """The end of the part of a round's users [user, stop_user) in user's block; `state` set to
     that block's stream (ROUND_STREAM, round, block) (`counter`: its first counter, any round
@@ -1168,14 +1229,14 @@ def compiled_stages(update) -> tuple:
     """
     for stage in (update.query, update.step, update.release):
         if stage not in _ALONE:
-            _ALONE[stage] = njit(cache=os.path.isfile(stage.__code__.co_filename))(stage)
+            _ALONE[stage] = (cached() if os.path.isfile(stage.__code__.co_filename) else njit)(stage)
     return _ALONE[update.query], _ALONE[update.step], _ALONE[update.release]
 
 
 _ALONE: dict = {}  # a stage function → its compiled twin, for this process
 
 
-class _KeyedCache(FunctionCache):
+class _KeyedCache(_LockedCache):
     """numba's on-disk cache of a round kernel, its entries keyed by the kernel's bytecode and
     `identity` (its kind, its stages' names and their sources' hash: round_kernel).
 
@@ -1220,7 +1281,7 @@ _pvec_blocks = _block_loop(_pvec_segment)
 _sum_blocks = _block_loop(_sum_segment)
 
 
-@njit(cache=True, nogil=True)
+@cached(nogil=True)
 def blocks_pvec(problem, query, data, starts, stops, blocks, round_index, key, counter, state, chunk, scale_bound, bound, top,
                 b_noise, p, whole, fraction, decode_scale, shift, counts):
     """A fully interactive round's P_vec over a shard's blocks (_block_loop, cjmp.encode_block):
@@ -1233,7 +1294,7 @@ def blocks_pvec(problem, query, data, starts, stops, blocks, round_index, key, c
                         counts)
 
 
-@njit(cache=True, nogil=True)
+@cached(nogil=True)
 def blocks_sum(problem, query, data, starts, stops, blocks, round_index, key, counter, state, chunk, norm_bound, quantum,
                user_noise, central_noise, sigma, local_reports, agreement, report_norm, counts):
     """A fully interactive round's sum protocol over a shard's blocks (_block_loop,
