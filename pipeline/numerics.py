@@ -95,3 +95,60 @@ def logsumexp(values: np.ndarray) -> float:
         if not np.isfinite(out):
             out = float(np.log(np.exp(values).sum()))
     return out
+
+
+# numpy's pairwise summation, element for element, in numba's subset: the compiled kernels and the
+# problems' compiled losses call it (pipeline.engine.fused_kernel compiles it; nothing here loads
+# numba). In Python, np.add.reduce of the same contiguous values is the same sum.
+
+def block_sum(values, first, count):
+    """numpy's pairwise sum of at most 128 elements: 8 accumulators, combined as a tree."""
+    if count < 8:
+        total = 0.0
+        for index in range(count):
+            total += values[first + index]
+        return total
+    partial = values[first: first + 8].copy()
+    index = 8
+    while index < count - count % 8:
+        for lane in range(8):
+            partial[lane] += values[first + index + lane]
+        index += 8
+    total = ((partial[0] + partial[1]) + (partial[2] + partial[3])) + ((partial[4] + partial[5]) + (partial[6] + partial[7]))
+    while index < count:
+        total += values[first + index]
+        index += 1
+    return total
+
+
+def pairwise_sum(values, first, count):
+    """numpy's pairwise sum of values[first: first + count] (np.add.reduce of a contiguous
+    float64 array): blocks of at most 128 elements, halves (a multiple of 8 on the left)
+    above. numpy recurses; this walks the same tree with a stack (numba cannot load a
+    recursive function from its cache)."""
+    if count <= 128:
+        return block_sum(values, first, count)
+    firsts, counts, visits = np.empty(64, np.int64), np.empty(64, np.int64), np.zeros(64, np.int64)
+    sums = np.empty(64)
+    firsts[0], counts[0], top, held = first, count, 0, 0
+    while top >= 0:
+        node_first, node_count = firsts[top], counts[top]
+        if node_count <= 128:
+            sums[held] = block_sum(values, node_first, node_count)
+            held += 1
+            top -= 1
+            continue
+        half = node_count // 2
+        half -= half % 8
+        visits[top] += 1
+        if visits[top] == 1:  # the left half first
+            top += 1
+            firsts[top], counts[top], visits[top] = node_first, half, 0
+        elif visits[top] == 2:
+            top += 1
+            firsts[top], counts[top], visits[top] = node_first + half, node_count - half, 0
+        else:  # both halves summed: left + right
+            held -= 1
+            sums[held - 1] += sums[held]
+            top -= 1
+    return sums[0]

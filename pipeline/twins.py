@@ -8,7 +8,11 @@ identities in the engine.
 """
 from __future__ import annotations
 
+import types
 from typing import Any, Iterable
+
+# Libraries whose functions numba types itself: never registered as a stage's helper.
+_TYPED_BY_NUMBA = ("numpy", "math", "cmath", "numba", "builtins", "operator")
 
 
 def keeps_twin(instance: Any, twin: str, reproduced: Iterable[str]) -> bool:
@@ -25,3 +29,28 @@ def keeps_twin(instance: Any, twin: str, reproduced: Iterable[str]) -> bool:
     kind = type(instance)
     owner = next(cls for cls in kind.__mro__ if twin in vars(cls))
     return all(getattr(kind, name) is getattr(owner, name) for name in reproduced)
+
+
+def called_functions(*roots: Any) -> list:
+    """`roots` and the plain Python functions they call by a global name, recursively: what a
+    compiled twin's stage functions need compiled with them (a helper such as
+    numerics.pairwise_sum), and the files a cached kernel's key must hash. numpy's and math's
+    functions, which numba types itself, are left out.
+
+    Args:
+      roots: functions.
+
+    Returns:
+      The functions, roots first, each once.
+    """
+    found, pending = [], list(roots)
+    while pending:
+        function = pending.pop(0)
+        if function in found:
+            continue
+        found.append(function)
+        for name in function.__code__.co_names:
+            called = function.__globals__.get(name)
+            if isinstance(called, types.FunctionType) and (called.__module__ or "").split(".")[0] not in _TYPED_BY_NUMBA:
+                pending.append(called)
+    return found

@@ -37,8 +37,10 @@ from pipeline.engine.job import drawn_per_block
 from pipeline.engine.layout import DATA_STREAM, NOISE_STREAM, ROUND_STREAM, chunk_users, counter, run_key, stream
 from pipeline.engine.rounds import RoundRecords
 from pipeline.errors import NonFiniteError
+from pipeline.numerics import pairwise_sum
 from pipeline.optimizers.base import RoundGroup, gradient_problem
 from pipeline.protocols.base import GRADIENTS
+from pipeline.twins import called_functions
 
 # What a group must leave at its defaults to be fused: every user of a contiguous batch
 # sends one gradient, with no sampling, dropouts or records (a phase's smoothing is its problem's).
@@ -103,27 +105,41 @@ def kernels_cached(jobs: tuple = ()) -> bool:
     source = (Path(__file__).resolve().parent / "fused_kernel.py").stat().st_mtime
     if not any(index.stat().st_mtime > source for index in folder.rglob("fused_kernel.*.nbi")):
         return False
-    keys = {stage_key(_encoding(job, first).kernel, optimizer.compiled_update())
-            for job in jobs if fusable(job) for first in job.schedule.group_starts
+    keys = {stage_key(_encoding(job, first).kernel,
+                      kernel_functions(optimizer.compiled_update(), gradient_problem(job.problem, group.smoothing).compiled_problem()))
+            for job in jobs if fusable(job) for first, group in zip(job.schedule.group_starts, job.schedule.groups)
             for optimizer in job.optimizer.steppers()}
     return all(_marker(key).exists() and _marker(key).stat().st_mtime > source for key in keys)
 
 
-def stage_key(kind: str, update: Any) -> str:
-    """A round kernel's identity: its protocol's kernel, its stages' names and a hash of the files
-    that define them (or, for a stage shipped by value to a Ray node without its file, of its
-    bytecode): fused_kernel.round_kernel's cache key and the marker of its compilation."""
+def stage_key(kind: str, functions: tuple) -> str:
+    """A compiled kernel's identity: its protocol's kernel, the names of the functions it inlines
+    (an optimizer's stages, a problem's twin's gradients and losses) and of what they call
+    (twins.called_functions), and a hash of the files that define them (or, for a function shipped
+    by value to a Ray node without its file, of its bytecode): fused_kernel's cache key of the
+    kernel and the marker of its compilation."""
     digest, seen = hashlib.sha256(kind.encode()), set()
-    for stage in (update.query, update.step, update.release):
-        digest.update(f"{stage.__module__}.{stage.__qualname__}".encode())
+    for function in called_functions(*functions):
+        digest.update(f"{function.__module__}.{function.__qualname__}".encode())
         try:
-            path = inspect.getsourcefile(stage)
+            path = inspect.getsourcefile(function)
             if path not in seen:
                 seen.add(path)
                 digest.update(Path(path).read_bytes())
         except (OSError, TypeError):
-            digest.update(marshal.dumps(stage.__code__))
+            digest.update(marshal.dumps(function.__code__))
     return digest.hexdigest()
+
+
+def kernel_functions(update: Any, twin: Any) -> tuple:
+    """What a round kernel inlines: the optimizer's three stages, the problem's twin's gradients and
+    losses, and the kernels' own sums (numerics.pairwise_sum, outside fused_kernel's file)."""
+    return update.query, update.step, update.release, *twin_functions(twin)
+
+
+def twin_functions(twin: Any) -> tuple:
+    """A problem's compiled twin's gradients and losses, and numerics.pairwise_sum, which every kernel calls."""
+    return type(twin).gradients, type(twin).losses, pairwise_sum
 
 
 def _marker(key: str) -> Path:
@@ -192,7 +208,7 @@ class FusedRounds:
         self._counter = counter(ROUND_STREAM, 0, 0)  # rewritten by the kernel for every (round, block)
         self._noise_counter = counter(NOISE_STREAM, 0)  # for every round of a central curator's noise
         self._generator = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
-        self._problems: dict[float, tuple] = {}  # compiled_problem by a group's smoothing
+        self._problems: dict[float, Any] = {}  # compiled_problem by a group's smoothing
         self._kernels: dict[tuple, tuple] = {}  # (round kernel, its stage_key) by (kind, stages)
         # Blocks drawn or being drawn: a round may straddle the last one and the next, and the
         # block after is drawn in a thread while the kernel (which releases the GIL) runs rounds.
@@ -209,18 +225,20 @@ class FusedRounds:
         job.problem.unsmoothed.draw_compiled(self._kernel, state_words(stream(job.seed, DATA_STREAM, block)), users, tape)
         return users
 
-    def _round_kernel(self, kind: str, update: Any) -> tuple[Any, str]:
-        """fused_kernel.round_kernel of a protocol's kernel and an optimizer's stages, and its stage_key."""
-        stages = (kind, update.query, update.step, update.release)
-        if stages not in self._kernels:
-            key = stage_key(kind, update)
-            self._kernels[stages] = self._kernel.round_kernel(kind, update, int(key[:15], 16)), key
-        return self._kernels[stages]
+    def _round_kernel(self, kind: str, update: Any, twin: Any) -> tuple[Any, str]:
+        """fused_kernel.round_kernel of a protocol's kernel, an optimizer's stages and a problem's
+        compiled twin, and its stage_key."""
+        functions = kernel_functions(update, twin)
+        if (kind, functions) not in self._kernels:
+            key = stage_key(kind, functions)
+            self._kernels[kind, functions] = self._kernel.round_kernel(kind, update, type(twin), int(key[:15], 16)), key
+        return self._kernels[kind, functions]
 
-    def _problem(self, smoothing: float) -> tuple:
-        """The kernel's `problem` of a group that smooths with `smoothing` (Problem.compiled_problem)."""
+    def _problem(self, smoothing: float) -> Any:
+        """The kernel's `problem` of a group that smooths with `smoothing`: its compiled twin
+        (Problem.compiled_problem), whose type tells the kernel its gradients and losses."""
         if smoothing not in self._problems:
-            self._problems[smoothing] = tuple(gradient_problem(self._job.problem, smoothing).compiled_problem())
+            self._problems[smoothing] = gradient_problem(self._job.problem, smoothing).compiled_problem()
         return self._problems[smoothing]
 
     def _block(self, block: int) -> Future:
@@ -269,10 +287,10 @@ class FusedRounds:
             window = (theta, extra, steps, data, data_first, self._key, self._counter)
             rounds = (round_index, end - round_index, first_user, batch, job.block_size, chunk_users(problem.dim))
             # π is the ball's (ball_projection) for every problem with a twin; an envelope's is its base's
-            step = (tuple(map(float, update.constants)), problem.unsmoothed.radius, self._problem(group.smoothing),
-                    excess, population)
+            twin = self._problem(group.smoothing)
+            step = (tuple(map(float, update.constants)), problem.unsmoothed.radius, twin, excess, population)
             encoding = job.protocol.fused_encoding(params)
-            kernel, key = self._round_kernel(encoding.kernel, update)
+            kernel, key = self._round_kernel(encoding.kernel, update, twin)
             done = kernel(*window, self._noise_counter, self._generator, *rounds, *encoding, *step)
             _mark_built(key)
             running = type(running)(theta, *extra, int(steps[0]))

@@ -15,13 +15,15 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.engine.fused import stage_key, twin_functions
 from pipeline.engine.layout import ROUND_STREAM, chunk_users, counter, run_key
 from pipeline.optimizers.base import RoundPlan
 from pipeline.protocols.base import GRADIENTS
 
 
-# The kernel of a fully interactive round, by the kernel of the protocol's sequential rounds.
-_BLOCK_KERNELS = {"rounds_pvec": "blocks_pvec", "rounds_sum": "blocks_sum"}
+# The protocols' kernels (their fused_encoding's `kernel`) with a fully interactive round's twin
+# (fused_kernel.block_kernel).
+_BLOCK_KERNELS = ("rounds_pvec", "rounds_sum")
 
 
 class InteractiveRounds:
@@ -41,7 +43,8 @@ class InteractiveRounds:
         self._key = run_key(shard.job.seed)
         self._counter = counter(ROUND_STREAM, 0, 0)  # rewritten by the kernel for every block
         self._state = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
-        self._problem = tuple(shard.job.problem.compiled_problem())
+        self._problem = shard.job.problem.compiled_problem()
+        self._tag = int(stage_key("blocks", twin_functions(self._problem))[:15], 16)
 
     @staticmethod
     def encoding(plan: RoundPlan, params: Any, theta: np.ndarray, protocol: Any) -> Any | None:
@@ -69,7 +72,7 @@ class InteractiveRounds:
         starts = np.array([users.start for _, users in slices], np.int64)
         stops = np.array([users.stop for _, users in slices], np.int64)
         counts = np.empty((blocks.size, theta.size), np.int64)
-        kernel = getattr(self._kernel, _BLOCK_KERNELS[encoding.kernel])
+        kernel = self._kernel.block_kernel(encoding.kernel, type(self._problem), self._tag)
         # θ copied: a read-only query would compile the kernel anew (pipeline.problems.base.writeable)
         if not kernel(self._problem, np.array(theta, np.float64), shard.data, starts, stops, blocks, plan.round, self._key,
                       self._counter, self._state, chunk_users(theta.size), *encoding, counts):

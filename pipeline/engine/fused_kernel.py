@@ -2,16 +2,18 @@
 Philox4x64-10 generator, its uniforms, 32-bit and bounded integers, normals and binomial
 sampler, bit for bit; the users of the quadratic, Bernoulli and finite-support problems
 drawn from it; one window of sequential rounds with P_vec, a sum protocol or Girgis's
-randomizers, on the gradients of a problem with a twin (pipeline.problems.base.CompiledProblem),
-stepped by an optimizer's stages (Optimizer.compiled_update: the built-ins' and a plug-in's,
-written in their own files; round_kernel); and one fully interactive round's P_vec or sum
-protocol over a shard's blocks, operation for operation as the Python path.
+randomizers, on the gradients and losses of a problem's compiled twin (Problem.compiled_problem:
+problem_gradients, problem_losses), stepped by an optimizer's stages (Optimizer.compiled_update),
+both written in their families' files, the built-ins' and a plug-in's alike (round_kernel); and one
+fully interactive round's P_vec or sum protocol over a shard's blocks (block_kernel), operation
+for operation as the Python path.
 
 Each step names the reference it reproduces. numba compiles at first use and caches the
 machine code next to this file (or under NUMBA_CACHE_DIR). Its cache is keyed by the file
 that defines a kernel, not by what it calls: the generator lives here too, so that an edit to
-it can never leave a cached kernel built from the old one, and a round kernel's key holds a
-hash of its stages' files (round_kernel, fused.stage_key). This is the one module that imports numba.
+it can never leave a cached kernel built from the old one, and a kernel that inlines functions
+of other files (the stages, the twin's, numerics' sums) holds a hash of those files in its key
+(round_kernel, block_kernel, fused.stage_key). This is the one module that imports numba.
 
 The generator's state is one uint64 array of STATE_WORDS words, as numpy's
 `philox_state`: the counter (4), the key (2), the buffer of the last block's four outputs
@@ -30,14 +32,15 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core.caching import FunctionCache, IndexDataCacheFile
-from numba.extending import intrinsic, register_jitable
+from numba.extending import intrinsic, overload, register_jitable
 # numba's twin of numpy's BTPE (the Generator path), built over any next_double: the
 # rejection scaffolding and the squeeze constants follow the installed numpy.
 from numba.cpython._binomial import make_binomial_btpe
 from numba.np.random._constants import fi_double, ki_double, wi_double, ziggurat_nor_inv_r, ziggurat_nor_r
 from numba.np.random.distributions import _binomial_btpe_squeeze
 
-from pipeline.problems.base import QUADRATIC, SIGN
+from pipeline.numerics import pairwise_sum
+from pipeline.twins import called_functions
 
 
 # --- numba's on-disk cache, safe across processes -------------------------------------------
@@ -97,6 +100,27 @@ def cached(**options):
         return dispatcher
 
     return compile_later
+
+
+_REGISTERED: set = set()  # the functions outside this file numba compiles where a kernel calls them
+
+
+def jitable(function):
+    """`function` and the functions it calls by name (pipeline.twins.called_functions: a stage's
+    helpers, in numba's subset), registered with numba (register_jitable) once: compiled into the
+    kernels that call them, whose cache key names their files (round_kernel's `tag`).
+
+    Returns:
+      `function`, callable from compiled code.
+    """
+    for each in called_functions(function):
+        if each not in _REGISTERED:
+            register_jitable(each)
+            _REGISTERED.add(each)
+    return function
+
+
+jitable(pairwise_sum)  # numerics' sums, which the kernels and the problems' twins share
 
 
 # --- the generator ----------------------------------------------------------------------
@@ -489,108 +513,49 @@ def bernoulli_users(state, out, tape, means):
 # --- the rounds -------------------------------------------------------------------------
 
 
-@cached()
-def _block_sum(values, first, count):
-    """numpy's pairwise sum of at most 128 elements: 8 accumulators, combined as a tree."""
-    if count < 8:
-        total = 0.0
-        for index in range(count):
-            total += values[first + index]
-        return total
-    partial = values[first: first + 8].copy()
-    index = 8
-    while index < count - count % 8:
-        for lane in range(8):
-            partial[lane] += values[first + index + lane]
-        index += 8
-    total = ((partial[0] + partial[1]) + (partial[2] + partial[3])) + ((partial[4] + partial[5]) + (partial[6] + partial[7]))
-    while index < count:
-        total += values[first + index]
-        index += 1
-    return total
+def problem_gradients(problem, query, data, column, users, out):
+    """The gradients of a problem's compiled twin (pipeline.problems.base): its class's `gradients`,
+    which numba resolves from the constants' type when it compiles a kernel."""
+    type(problem).gradients(problem, query, data, column, users, out)
 
 
-@cached()
-def pairwise_sum(values, first, count):
-    """numpy's pairwise sum of values[first: first + count] (np.add.reduce of a contiguous
-    float64 array): blocks of at most 128 elements, halves (a multiple of 8 on the left)
-    above. numpy recurses; this walks the same tree with a stack (numba cannot load a
-    recursive function from its cache)."""
-    if count <= 128:
-        return _block_sum(values, first, count)
-    firsts, counts, visits = np.empty(64, np.int64), np.empty(64, np.int64), np.zeros(64, np.int64)
-    sums = np.empty(64)
-    firsts[0], counts[0], top, held = first, count, 0, 0
-    while top >= 0:
-        node_first, node_count = firsts[top], counts[top]
-        if node_count <= 128:
-            sums[held] = _block_sum(values, node_first, node_count)
-            held += 1
-            top -= 1
-            continue
-        half = node_count // 2
-        half -= half % 8
-        visits[top] += 1
-        if visits[top] == 1:  # the left half first
-            top += 1
-            firsts[top], counts[top], visits[top] = node_first, half, 0
-        elif visits[top] == 2:
-            top += 1
-            firsts[top], counts[top], visits[top] = node_first + half, node_count - half, 0
-        else:  # both halves summed: left + right
-            held -= 1
-            sums[held - 1] += sums[held]
-            top -= 1
-    return sums[0]
+def problem_losses(problem, released, squares):
+    """The released model's (excess, population) losses by a problem's compiled twin: its class's `losses`."""
+    return type(problem).losses(problem, released, squares)
 
 
-@cached()
-def _sign(value):
-    """numpy's sign of a float: ±1, 0 for ±0 (a positive zero), NaN for NaN."""
-    if value > 0.0:
-        return 1.0
-    if value < 0.0:
-        return -1.0
-    return 0.0 if value == 0.0 else value
+@overload(problem_gradients)
+def _problem_gradients(problem, query, data, column, users, out):
+    stage = jitable(problem.instance_class.gradients)
+
+    def gradients(problem, query, data, column, users, out):
+        stage(problem, query, data, column, users, out)
+
+    return gradients
 
 
-@cached()
+@overload(problem_losses)
+def _problem_losses(problem, released, squares):
+    stage = jitable(problem.instance_class.losses)
+
+    def losses(problem, released, squares):
+        return stage(problem, released, squares)
+
+    return losses
+
+
+@register_jitable
 def _gradients(problem, query, data, column, users, out, norms):
     """The problem's gradients of a chunk of users (data columns [column, column + users)) into
-    `out` in (coordinate, user) order, and their norms, summed coordinate by coordinate
-    (numerics.column_norms); False if a gradient is not finite (Shard._compute raises on it).
-    `problem` is pipeline.problems.base.CompiledProblem: Quadratic's θ − x, Absolute's sign(θ − x) plus
-    Elastic's λθ, or the Moreau envelope's β(θ − prox(θ)) with the prox of Absolute or
-    Elastic, each operation in the order numpy applies it to the (d, users) array.
-    Row by row, without branches, so that the compiler vectorizes the loops (indexing the 2-d
-    data in the loop, or an early return, made them 3-4 times slower)."""
-    kind, ridge, beta, denominator, threshold = problem[0], problem[1], problem[2], problem[3], problem[4]
+    `out` in (coordinate, user) order (problem_gradients), and their norms, summed coordinate by
+    coordinate (numerics.column_norms); False if a gradient is not finite (Shard._compute raises on it)."""
     dim = query.size
+    problem_gradients(problem, query, data, column, users, out)
     norms[:users] = 0.0
     for coordinate in range(dim):
-        centre, row = query[coordinate], data[coordinate, column: column + users]
-        target = out[coordinate * users: (coordinate + 1) * users]
-        if kind == QUADRATIC:
-            for user in range(users):
-                gradient = centre - row[user]
-                target[user] = gradient
-                norms[user] += gradient * gradient
-        elif kind == SIGN:
-            shift = ridge * centre  # Elastic's out += λθ (+0.0 for Absolute: the same bits)
-            for user in range(users):
-                gradient = _sign(centre - row[user]) + shift
-                target[user] = gradient
-                norms[user] += gradient * gradient
-        else:  # ENVELOPE: np.multiply(β, θ − (x + sign(gap)·np.maximum(|gap| − t, 0)))
-            middle = centre / denominator
-            for user in range(users):
-                gap = middle - row[user]
-                shrunk = np.abs(gap) - threshold
-                if shrunk < 0.0:  # np.maximum(shrunk, 0.0); a NaN stays
-                    shrunk = 0.0
-                gradient = beta * (centre - (row[user] + _sign(gap) * shrunk))
-                target[user] = gradient
-                norms[user] += gradient * gradient
+        row = out[coordinate * users: (coordinate + 1) * users]
+        for user in range(users):
+            norms[user] += row[user] * row[user]
     overflow = False  # an infinite or NaN gradient, or a finite one whose square overflows
     for user in range(users):
         overflow |= not np.isfinite(norms[user])
@@ -630,7 +595,7 @@ def _note_ties(lows, size, ties):
     return count
 
 
-@cached()
+@register_jitable
 def _rounded_chunk(problem, query, data, column, users, state, scale_bound, bound, top, gradients, factors, raws, lows, ties,
                    rounded):
     """cjmp._rounded_sum of one chunk of users (data columns [column, column + users)), added
@@ -710,7 +675,7 @@ def _duchi_reports(inputs, dim, users, state, radius, agreement, report_norm, no
             inputs[coordinate * users + user] = report_norm * (-value if flip else value)
 
 
-@cached()
+@register_jitable
 def _summed_chunk(problem, query, data, column, users, state, norm_bound, user_noise, user_sigma, local_reports, agreement,
                   report_norm, inputs, norms, local_work, total):
     """sums._reports of one chunk of users (data columns [column, column + users)), summed per
@@ -811,7 +776,7 @@ def _girgis_l1(inputs, users, state, coded, ball, hadamard, units, spare, indice
             hist[0, picked, 1] += 1
 
 
-@cached()
+@register_jitable
 def _girgis_chunk(problem, query, data, column, users, state, kind, coded, width, levels, messages, ball, clip_radius,
                   hadamard, flips, signs, work, hist):
     """girgis.encode_block of one chunk of users (data columns [column, column + users)) for
@@ -895,43 +860,6 @@ def _project(step, radius, squares):
 
 
 @cached()
-def _losses(problem, released, squares):
-    """The released model's (excess, population) losses. Quadratic: ½‖θ − θ*‖², its squares
-    summed as numpy's pairwise sum, and that plus ½·spread². Absolute and Elastic
-    (FiniteBallProblem): ℓ(θ, x_k) = Σ_j |θ_j − x_kj| added coordinate by coordinate (sum(axis=0)),
-    plus (λ/2)·θ·θ (numerics.ordered_dot); then Σ_k w_k·ℓ_k and Σ_k w_k·(ℓ_k − ℓ(θ*, x_k)),
-    each as numerics.ordered_dot adds."""
-    kind, ridge, optimum, half_spread_squared = problem[0], problem[1], problem[5], problem[6]
-    support, weights, optimum_losses = problem[7], problem[8], problem[9]
-    dim = released.size
-    if kind == QUADRATIC:
-        for coordinate in range(dim):
-            gap = released[coordinate] - optimum[coordinate]
-            squares[coordinate] = gap * gap
-        excess = 0.5 * pairwise_sum(squares, 0, dim)
-        return excess, excess + half_spread_squared
-    ridge_term = 0.0
-    if ridge != 0.0:
-        dot = released[0] * released[0]
-        for coordinate in range(1, dim):
-            dot += released[coordinate] * released[coordinate]
-        ridge_term = 0.5 * ridge * dot
-    excess, population = 0.0, 0.0
-    for point in range(weights.size):
-        loss = np.abs(released[0] - support[0, point])
-        for coordinate in range(1, dim):
-            loss += np.abs(released[coordinate] - support[coordinate, point])
-        if ridge != 0.0:
-            loss = loss + ridge_term
-        gap = weights[point] * (loss - optimum_losses[point])
-        loss = weights[point] * loss
-        # np.add.accumulate starts from the first product itself, not from 0.0 + it
-        excess = gap if point == 0 else excess + gap
-        population = loss if point == 0 else population + loss
-    return excess, population
-
-
-@cached()
 def _segment(user, stop_user, block_size, round_index, key, counter, state):
     """The end of the part of a round's users [user, stop_user) in user's block; `state` set to
     that block's stream (ROUND_STREAM, round, block) (`counter`: its first counter, any round
@@ -950,12 +878,12 @@ def _round_loop(segment, analyzer, query_stage, step_stage, release_stage):
     Per round: the query (query_stage); each block's part of the batch encoded from the stream
     (ROUND_STREAM, round, block) (`counter`: that stream's first counter, any round and block):
     segment(encoding, work, problem, query, data, first, stop, chunk, state) for data columns
-    [first, stop), chunk by chunk, the gradients the `problem`'s (_gradients), False on a
+    [first, stop), chunk by chunk, the gradients its twin's (_gradients), False on a
     non-finite value; analyzer(encoding, work, round, batch, key, noise_counter, state,
     estimate), which also clears the round's encoding, False if it cannot; the mean ḡ =
     estimate/batch (False if not finite), step_stage, the projection (_project), release_stage
     (in place on the optimizer's state (θ, extra, t); False if not finite); the released
-    model's losses (_losses) into excess and population. It returns how many rounds ran:
+    model's losses (problem_losses) into excess and population. It returns how many rounds ran:
     `count`, or the first round that failed (the Python round then says why).
 
     A factory of register_jitable functions (as _ziggurat), called from a cached kernel
@@ -990,7 +918,7 @@ def _round_loop(segment, analyzer, query_stage, step_stage, release_stage):
             _project(step, radius, squares)
             if not release_stage(constants, theta, extra, steps, mean, step, released):
                 return done
-            excess[done], population[done] = _losses(problem, released, squares)
+            excess[done], population[done] = problem_losses(problem, released, squares)
         return count
 
     return rounds
@@ -1182,40 +1110,54 @@ def _girgis_kernel(rounds):
 _KERNELS = {"rounds_pvec": (_pvec_segment, _pvec_analyzer, _pvec_kernel),
             "rounds_sum": (_sum_segment, _sum_analyzer, _sum_kernel),
             "rounds_girgis": (_girgis_segment, _girgis_analyzer, _girgis_kernel)}
-_BUILT: dict = {}  # (kernel, stages) → its compiled rounds, for this process
-_REGISTERED: set = set()  # the stage functions numba compiles when a kernel calls them
+_BUILT: dict = {}  # (kernel, stages, problem's twin) → its compiled rounds, for this process
 
 
-def round_kernel(kind: str, update, tag: int):
-    """The compiled rounds of a protocol's kernel with an optimizer's stages (CompiledUpdate):
-    built once per process, cached on disk by numba (_KeyedCache), keyed by this file, the
-    kernel, the stages' names and `tag`.
+def round_kernel(kind: str, update, twin: type, tag: int):
+    """The compiled rounds of a protocol's kernel with an optimizer's stages (CompiledUpdate) on a
+    problem's compiled twin: built once per process, cached on disk by numba (_KeyedCache), keyed
+    by this file, the kernel, the stages' and the twin's names, and `tag`.
 
     Args:
       kind: the protocol's kernel, its fused_encoding's `kernel` ("rounds_pvec", "rounds_sum",
         "rounds_girgis").
       update: the optimizer's CompiledUpdate.
-      tag: a hash of the stages' sources below 2⁶⁰ (fused.stage_key): numba keys a cached kernel
-        by the file that defines it, not by what it calls, so an edit to the stages' files must
-        change the key to compile it again.
+      twin: the class of the problem's compiled twin (pipeline.problems.base), whose `gradients`
+        and `losses` the kernel inlines.
+      tag: a hash of the sources of the stages, the twin's functions and what they call below 2⁶⁰
+        (fused.stage_key): numba keys a cached kernel by the file that defines it, not by what it
+        calls, so an edit to those files must change the key to compile it again.
 
     Returns:
       A compiled function of (θ, extra, steps, …, the protocol's constants, update.constants,
       radius, problem, excess, population) → rounds run.
     """
     stages = (update.query, update.step, update.release)
-    key = (kind, *stages, tag)
+    key = (kind, *stages, twin, tag)
     if key not in _BUILT:
         for stage in stages:
-            if stage not in _REGISTERED:
-                register_jitable(stage)
-                _REGISTERED.add(stage)
+            jitable(stage)
         segment, analyzer, entry = _KERNELS[kind]
         kernel = entry(_round_loop(segment, analyzer, *stages))
-        names = ",".join(f"{stage.__module__}.{stage.__qualname__}" for stage in stages)
-        kernel._cache = _KeyedCache(kernel.py_func, f"{kind}:{names}:{tag}")  # numba's enable_caching, keyed
-        _BUILT[key] = kernel
+        _BUILT[key] = _keyed(kernel, kind, (*stages, twin), tag)
     return _BUILT[key]
+
+
+def block_kernel(kind: str, twin: type, tag: int):
+    """A fully interactive round's kernel over a shard's blocks (_block_loop) for a protocol's
+    kernel ("rounds_pvec" → blocks_pvec, "rounds_sum" → blocks_sum) on a problem's compiled twin,
+    built and cached as round_kernel's (`tag`: fused.stage_key of the twin's functions)."""
+    key = (kind, twin, tag)
+    if key not in _BUILT:
+        _BUILT[key] = _keyed(_BLOCK_KERNELS[kind](), kind, (twin,), tag)
+    return _BUILT[key]
+
+
+def _keyed(kernel, kind: str, parts: tuple, tag: int):
+    """`kernel` with numba's on-disk cache keyed by its kind, the names of `parts` and `tag` (_KeyedCache)."""
+    names = ",".join(f"{part.__module__}.{part.__qualname__}" for part in parts)
+    kernel._cache = _KeyedCache(kernel.py_func, f"{kind}:{names}:{tag}")  # numba's enable_caching, keyed
+    return kernel
 
 
 def compiled_stages(update) -> tuple:
@@ -1277,30 +1219,40 @@ def _block_loop(segment):
     return blocks_of
 
 
-_pvec_blocks = _block_loop(_pvec_segment)
-_sum_blocks = _block_loop(_sum_segment)
+def _blocks_pvec():
+    """A new blocks_pvec kernel (block_kernel): the protocol's constants are P_vec's (cjmp_vec)."""
+    blocks = _block_loop(_pvec_segment)
+
+    @njit(nogil=True)
+    def blocks_pvec(problem, query, data, starts, stops, blocks_held, round_index, key, counter, state, chunk,
+                    scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift, counts):
+        """A fully interactive round's P_vec over a shard's blocks (_block_loop, cjmp.encode_block):
+        counts[k] = block k's ones, its users' rounded sums plus one Binomial(users·b_noise, p)
+        draw per coordinate (the caller checks that the trials fit one draw). The analyzer's
+        constants are unused."""
+        work = _pvec_work(query.size, chunk)
+        return blocks(problem, query, data, starts, stops, blocks_held, round_index, key, counter, state, chunk,
+                      (scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift), work, work[5], counts)
+
+    return blocks_pvec
 
 
-@cached(nogil=True)
-def blocks_pvec(problem, query, data, starts, stops, blocks, round_index, key, counter, state, chunk, scale_bound, bound, top,
-                b_noise, p, whole, fraction, decode_scale, shift, counts):
-    """A fully interactive round's P_vec over a shard's blocks (_block_loop, cjmp.encode_block):
-    counts[k] = block k's ones, its users' rounded sums plus one Binomial(users·b_noise, p)
-    draw per coordinate (the caller checks that the trials fit one draw). The analyzer's
-    constants are unused."""
-    work = _pvec_work(query.size, chunk)
-    return _pvec_blocks(problem, query, data, starts, stops, blocks, round_index, key, counter, state, chunk,
-                        (scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift), work, work[5],
-                        counts)
+def _blocks_sum():
+    """A new blocks_sum kernel (block_kernel): the protocol's constants are a sum protocol's."""
+    blocks = _block_loop(_sum_segment)
+
+    @njit(nogil=True)
+    def blocks_sum(problem, query, data, starts, stops, blocks_held, round_index, key, counter, state, chunk,
+                   norm_bound, quantum, user_noise, central_noise, sigma, local_reports, agreement, report_norm, counts):
+        """A fully interactive round's sum protocol over a shard's blocks (_block_loop,
+        sums.SumProtocol.encode_block): counts[k] = block k's reports summed in fixed point,
+        rint(total/quantum) (the curator's noise is the analyzer's, after the merge)."""
+        work = _sum_work(query.size, chunk, user_noise, local_reports)
+        return blocks(problem, query, data, starts, stops, blocks_held, round_index, key, counter, state, chunk,
+                      (norm_bound, quantum, user_noise, central_noise, sigma, local_reports, agreement, report_norm),
+                      work, work[4], counts)
+
+    return blocks_sum
 
 
-@cached(nogil=True)
-def blocks_sum(problem, query, data, starts, stops, blocks, round_index, key, counter, state, chunk, norm_bound, quantum,
-               user_noise, central_noise, sigma, local_reports, agreement, report_norm, counts):
-    """A fully interactive round's sum protocol over a shard's blocks (_block_loop,
-    sums.SumProtocol.encode_block): counts[k] = block k's reports summed in fixed point,
-    rint(total/quantum) (the curator's noise is the analyzer's, after the merge)."""
-    work = _sum_work(query.size, chunk, user_noise, local_reports)
-    return _sum_blocks(problem, query, data, starts, stops, blocks, round_index, key, counter, state, chunk,
-                       (norm_bound, quantum, user_noise, central_noise, sigma, local_reports, agreement, report_norm),
-                       work, work[4], counts)
+_BLOCK_KERNELS = {"rounds_pvec": _blocks_pvec, "rounds_sum": _blocks_sum}

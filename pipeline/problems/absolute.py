@@ -5,17 +5,105 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from pipeline.problems.base import ENVELOPE, SIGN, CompiledProblem, finite
-from pipeline.problems.finite import FiniteBallProblem, finite_support
+from pipeline.problems.base import CompiledProblem, writeable
+from pipeline.problems.finite import FiniteBallProblem, finite_losses, finite_support
 from pipeline.twins import keeps_twin
 
 # What the compiled twins reproduce (compiled_problem, compiled_envelope, draw_compiled): a
 # subclass overriding one keeps numpy; Elastic states its own twins.
 REPRODUCED = ("sample", "gradients", "losses", "project", "population_loss", "excess_loss")
+
+
+def sign(value):
+    """numpy's sign of a float, in numba's subset: ±1, 0 for ±0 (a positive zero), NaN for NaN."""
+    if value > 0.0:
+        return 1.0
+    if value < 0.0:
+        return -1.0
+    return 0.0 if value == 0.0 else value
+
+
+class SignTwin(NamedTuple):
+    """The compiled twin (pipeline.problems.base) of the absolute deviation, with Elastic's ridge λ:
+    gradient sign(q − x) + λq, losses finite_losses.
+
+    Attributes:
+      ridge: λ (0 for Absolute: sign + 0·q is the same bits as sign alone).
+      support, weights: the (d, K) points and their weights.
+      optimum_losses: ℓ(θ*, x_k) of every support point (the excess's reference).
+    """
+
+    ridge: float
+    support: np.ndarray
+    weights: np.ndarray
+    optimum_losses: np.ndarray
+
+    @classmethod
+    def of(cls, problem: Any, ridge: float = 0.0) -> "SignTwin":
+        return cls(float(ridge), *_finite_constants(problem))
+
+    def gradients(self, query, data, column, users, out):
+        """sign(q − x) + λq (np.sign of q − x, then Elastic's out += λθ)."""
+        for coordinate in range(query.size):
+            centre, row = query[coordinate], data[coordinate, column: column + users]
+            target = out[coordinate * users: (coordinate + 1) * users]
+            shift = self.ridge * centre
+            for user in range(users):
+                target[user] = sign(centre - row[user]) + shift
+
+    def losses(self, released, squares):
+        return finite_losses(self.ridge, self.support, self.weights, self.optimum_losses, released)
+
+
+class EnvelopeTwin(NamedTuple):
+    """The compiled twin (pipeline.problems.base) of the Moreau envelope (pipeline.problems.smoothed)
+    of the absolute deviation or its elastic variant: gradient β(q − p), p = x + sign(c − x)·max(|c − x| − t, 0),
+    c = q/den (the prox, as Absolute.prox and Elastic.prox compute it); losses the base's (finite_losses).
+
+    Attributes:
+      ridge: λ.
+      beta, denominator, threshold: β, den and t, computed as the Python prox computes them.
+      support, weights, optimum_losses: as SignTwin's.
+    """
+
+    ridge: float
+    beta: float
+    denominator: float
+    threshold: float
+    support: np.ndarray
+    weights: np.ndarray
+    optimum_losses: np.ndarray
+
+    @classmethod
+    def of(cls, problem: Any, beta: float, ridge: float = 0.0, denominator: float = 1.0,
+           threshold: float = 0.0) -> "EnvelopeTwin":
+        return cls(float(ridge), float(beta), float(denominator), float(threshold), *_finite_constants(problem))
+
+    def gradients(self, query, data, column, users, out):
+        """np.multiply(β, q − (x + sign(gap)·np.maximum(|gap| − t, 0))), gap = q/den − x."""
+        for coordinate in range(query.size):
+            centre, row = query[coordinate], data[coordinate, column: column + users]
+            target = out[coordinate * users: (coordinate + 1) * users]
+            middle = centre / self.denominator
+            for user in range(users):
+                gap = middle - row[user]
+                shrunk = np.abs(gap) - self.threshold
+                if shrunk < 0.0:  # np.maximum(shrunk, 0.0); a NaN stays
+                    shrunk = 0.0
+                target[user] = self.beta * (centre - (row[user] + sign(gap) * shrunk))
+
+    def losses(self, released, squares):
+        return finite_losses(self.ridge, self.support, self.weights, self.optimum_losses, released)
+
+
+def _finite_constants(problem: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A finite problem's support, weights and ℓ(θ*, x_k), as the kernels take them."""
+    return (writeable(problem.support), writeable(problem.weights),
+            writeable(problem.losses(writeable(problem.optimum), problem.support)))
 
 
 def coordinate_minimizers(support: np.ndarray, weights: np.ndarray, lam: float) -> np.ndarray:
@@ -147,9 +235,9 @@ class Absolute(FiniteBallProblem):
         return data + np.sign(gap) * np.maximum(np.abs(gap) - step, 0.0)
 
     def compiled_problem(self) -> CompiledProblem | None:
-        return finite(self, SIGN) if keeps_twin(self, "compiled_problem", REPRODUCED) else None
+        return SignTwin.of(self) if keeps_twin(self, "compiled_problem", REPRODUCED) else None
 
     def compiled_envelope(self, beta: float) -> CompiledProblem | None:
         """prox with step s = 1/β: soft-thresholding of θ by s toward each x."""
         kept = keeps_twin(self, "compiled_envelope", (*REPRODUCED, "prox"))
-        return finite(self, ENVELOPE, beta=beta, threshold=1.0 / beta) if kept else None
+        return EnvelopeTwin.of(self, beta, threshold=1.0 / beta) if kept else None

@@ -9,7 +9,8 @@ from typing import ClassVar
 import numpy as np
 
 from pipeline.numerics import ordered_dot
-from pipeline.problems.base import CompiledProblem, Problem, ball_projection, centred, squared_norm
+from pipeline.problems.base import CompiledProblem, Problem, ball_projection, squared_norm
+from pipeline.problems.quadratic import CentredTwin
 from pipeline.twins import keeps_twin
 
 # What the compiled twin reproduces (compiled_problem, draw_compiled): a subclass overriding one keeps numpy.
@@ -88,7 +89,7 @@ class Bernoulli(Problem):
         return 0.5 * squared_norm(gap)
 
     def compiled_problem(self) -> CompiledProblem | None:
-        return centred(self, self.variance) if keeps_twin(self, "compiled_problem", _REPRODUCED) else None
+        return CentredTwin.of(self, self.variance) if keeps_twin(self, "compiled_problem", _REPRODUCED) else None
 
     def draw_compiled(self, kernel, state: np.ndarray, out: np.ndarray, tape: np.ndarray) -> None:
         """The block's bits, uniform < μ_j (fused_kernel.bernoulli_users)."""

@@ -9,8 +9,8 @@ from typing import ClassVar
 import numpy as np
 
 from pipeline.numerics import ordered_dot
-from pipeline.problems.absolute import REPRODUCED, Absolute
-from pipeline.problems.base import ENVELOPE, SIGN, CompiledProblem, finite
+from pipeline.problems.absolute import REPRODUCED, Absolute, EnvelopeTwin, SignTwin
+from pipeline.problems.base import CompiledProblem
 from pipeline.twins import keeps_twin
 
 
@@ -83,12 +83,12 @@ class Elastic(Absolute):
 
     def compiled_problem(self) -> CompiledProblem | None:
         kept = keeps_twin(self, "compiled_problem", REPRODUCED)
-        return finite(self, SIGN, ridge=self.regularization) if kept else None
+        return SignTwin.of(self, ridge=self.regularization) if kept else None
 
     def compiled_envelope(self, beta: float) -> CompiledProblem | None:
         """prox with step s = 1/β: its centre θ/(1 + λs) and threshold 1/(λ + 1/s)."""
         if not keeps_twin(self, "compiled_envelope", (*REPRODUCED, "prox")):
             return None
         step = 1.0 / beta
-        return finite(self, ENVELOPE, ridge=self.regularization, beta=beta,
-                      denominator=1.0 + self.regularization * step, threshold=1.0 / (self.regularization + 1.0 / step))
+        return EnvelopeTwin.of(self, beta, ridge=self.regularization, denominator=1.0 + self.regularization * step,
+                               threshold=1.0 / (self.regularization + 1.0 / step))

@@ -12,6 +12,33 @@ from pipeline.problems.base import Problem, ball_projection
 SUPPORT_SIZE = 64  # K, the number of points the data distribution puts mass on
 
 
+def finite_losses(ridge, support, weights, optimum_losses, released):
+    """The compiled twins' (pipeline.problems.base) excess and population losses of a finite
+    problem whose ℓ(θ, x_k) is Σ_j |θ_j − x_kj| plus (λ/2)·θ·θ (Absolute, Elastic; λ = `ridge`):
+    FiniteBallProblem's, in numba's subset. ℓ is added coordinate by coordinate (`sum(axis=0)`),
+    θ·θ as ordered_dot adds; then Σ_k w_k·ℓ_k and Σ_k w_k·(ℓ_k − ℓ(θ*, x_k)), each as ordered_dot adds."""
+    dim = released.size
+    ridge_term = 0.0
+    if ridge != 0.0:
+        dot = released[0] * released[0]
+        for coordinate in range(1, dim):
+            dot += released[coordinate] * released[coordinate]
+        ridge_term = 0.5 * ridge * dot
+    excess, population = 0.0, 0.0
+    for point in range(weights.size):
+        loss = np.abs(released[0] - support[0, point])
+        for coordinate in range(1, dim):
+            loss += np.abs(released[coordinate] - support[coordinate, point])
+        if ridge != 0.0:
+            loss = loss + ridge_term
+        gap = weights[point] * (loss - optimum_losses[point])
+        loss = weights[point] * loss
+        # np.add.accumulate starts from the first product itself, not from 0.0 + it
+        excess = gap if point == 0 else excess + gap
+        population = loss if point == 0 else population + loss
+    return excess, population
+
+
 def finite_support(tag: int, dim: int, radius: float, size: int = SUPPORT_SIZE) -> tuple[np.ndarray, np.ndarray]:
     """A fixed finite distribution inside the ball of radius R/2.
 

@@ -3,13 +3,46 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from pipeline.numerics import column_norms
-from pipeline.problems.base import CompiledProblem, Problem, ball_projection, centred, squared_norm
+from pipeline.numerics import column_norms, pairwise_sum
+from pipeline.problems.base import CompiledProblem, Problem, ball_projection, squared_norm, writeable
 from pipeline.twins import keeps_twin
+
+class CentredTwin(NamedTuple):
+    """The compiled twin (pipeline.problems.base) of a problem whose gradient is θ − x, excess
+    ½‖θ − θ*‖² and population loss that plus a constant: the quadratic's and Bernoulli's.
+
+    Attributes:
+      optimum: θ*.
+      constant: the population loss minus the excess (½·spread², Bernoulli's variance).
+    """
+
+    optimum: np.ndarray
+    constant: float
+
+    @classmethod
+    def of(cls, problem: Any, constant: float) -> "CentredTwin":
+        return cls(writeable(problem.optimum), float(constant))
+
+    def gradients(self, query, data, column, users, out):
+        """q − x, coordinate by coordinate (row by row: the compiler vectorizes the inner loop)."""
+        for coordinate in range(query.size):
+            centre, row = query[coordinate], data[coordinate, column: column + users]
+            target = out[coordinate * users: (coordinate + 1) * users]
+            for user in range(users):
+                target[user] = centre - row[user]
+
+    def losses(self, released, squares):
+        """½‖θ − θ*‖², its squares summed as numpy's pairwise sum (squared_norm), and that plus the constant."""
+        for coordinate in range(released.size):
+            gap = released[coordinate] - self.optimum[coordinate]
+            squares[coordinate] = gap * gap
+        excess = 0.5 * pairwise_sum(squares, 0, released.size)
+        return excess, excess + self.constant
+
 
 # What the compiled twin reproduces (compiled_problem, draw_compiled): a subclass overriding one keeps numpy.
 _REPRODUCED = ("sample", "from_normals", "gradients", "project", "population_loss", "excess_loss")
@@ -101,7 +134,7 @@ class Quadratic(Problem):
         return 0.5 * squared_norm(gap)
 
     def compiled_problem(self) -> CompiledProblem | None:
-        return centred(self, 0.5 * self.spread**2) if keeps_twin(self, "compiled_problem", _REPRODUCED) else None
+        return CentredTwin.of(self, 0.5 * self.spread**2) if keeps_twin(self, "compiled_problem", _REPRODUCED) else None
 
     def draw_compiled(self, kernel, state: np.ndarray, out: np.ndarray, tape: np.ndarray) -> None:
         """from_normals of the block's normals, drawn in bulk with numpy's ziggurat (fused_kernel.quadratic_users)."""
