@@ -35,7 +35,8 @@ def called_functions(*roots: Any) -> list:
     """`roots` and the plain Python functions they call by a global name, recursively: what a
     compiled twin's stage functions need compiled with them (a helper such as
     numerics.pairwise_sum), and the files a cached kernel's key must hash. numpy's and math's
-    functions, which numba types itself, are left out.
+    functions, which numba types itself, and pipeline.draws' declared draws, which the kernel
+    implements, are left out.
 
     Args:
       roots: functions.
@@ -51,6 +52,7 @@ def called_functions(*roots: Any) -> list:
         found.append(function)
         for name in function.__code__.co_names:
             called = function.__globals__.get(name)
-            if isinstance(called, types.FunctionType) and (called.__module__ or "").split(".")[0] not in _TYPED_BY_NUMBA:
+            if isinstance(called, types.FunctionType) and not getattr(called, "declared", False) \
+                    and (called.__module__ or "").split(".")[0] not in _TYPED_BY_NUMBA:
                 pending.append(called)
     return found

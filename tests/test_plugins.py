@@ -413,3 +413,106 @@ def test_plug_in_optimizers_run_compiled_on_ray_actors_as_in_process(tmp_path, m
         rounds = pd.read_parquet(out / "rounds.parquet").merge(runs[["run_id", "optimizer.name"]], on="run_id")
         frames.append(rounds.sort_values(["optimizer.name", "round"])["excess_loss"].to_numpy())
     assert len(frames[0]) > 20 and frames[0].tobytes() == frames[1].tobytes()
+
+
+def _huber_job(protocol: str, shards: int = 1):
+    (run,) = config.expand({"problem": {"name": HUBER, "dim": 3, "radius": 1.0, "threshold": 0.15}, "n_users": 3000,
+                            "optimizer": {"name": "seq_sgd"}, "seeds": [4],
+                            "privacy": {"epsilon": 2.0, "delta": 1e-6, "protocol": protocol, "accounting": "tight"},
+                            "execution": {"backend": "local", "shards": shards, "block_size": 256}})
+    return planning.plan_run(run).job
+
+
+@pytest.mark.parametrize("protocol", ["cjmp_vec", "shuffle_gaussian", "girgis_l2"])
+def test_the_huber_plug_in_runs_compiled_with_the_python_paths_bits(protocol):
+    """The Huber problem plug-in states its compiled twin in its own file (HuberTwin: clipped
+    gradients, its losses, its users drawn with pipeline.draws), so its sequential runs take the
+    fused rounds with no edit to the package; every block's users, every round's record and the
+    final state are the Python path's, bit for bit."""
+    from pipeline.engine import fused
+    from pipeline.engine.shard import Shard
+
+    job = _huber_job(protocol)
+    assert engine.compiles(job)
+    shard = Shard(job, 0, job.layout.n_blocks)
+    rounds = fused.FusedRounds(shard)
+    for block in range(job.layout.n_blocks):
+        assert np.array_equal(rounds.draw_block(block), shard.draw_block(block)), block
+    start = job.optimizer.start(job.seed)
+    fused_state, fused_records = shard.run_rounds(start, 0, job.schedule.rounds)
+    python_state, python_records = Shard(job, 0, job.layout.n_blocks).python_rounds(start, 0, job.schedule.rounds)
+    assert len(fused_records) == job.schedule.rounds > 20
+    for name in ("excess_loss", "population_loss", "users"):
+        assert np.asarray(fused_records.column(name)).tobytes() == np.asarray(python_records.column(name)).tobytes()
+    assert all(np.array_equal(a, b) for a, b in zip(fused_state[:-1], python_state[:-1]))
+    losses = np.asarray(fused_records.column("excess_loss"))
+    assert losses[-1] < losses[0]  # it learns: the clipped gradients are the loss's
+
+
+def test_a_huber_plug_in_subclass_that_changes_its_gradients_keeps_the_python_path():
+    """A subclass of the plug-in that overrides what its twin reproduces is not fused."""
+    module = _module("problem", HUBER)
+
+    class Doubled(module.HuberLocation):
+        def gradients(self, theta, data, out=None):
+            return 2.0 * super().gradients(theta, data, out)
+
+    assert module.HuberLocation(dim=2, radius=1.0).compiled_problem() is not None
+    assert Doubled(dim=2, radius=1.0).compiled_problem() is None
+
+
+def test_the_huber_plug_in_runs_compiled_on_ray_actors_as_in_process(tmp_path, ray_session):
+    """Shipped by value to 2 Ray shard actors, the plug-in's twin (its functions compiled from a
+    module the workers cannot import) gives the in-process run's rounds, bit for bit."""
+    path = tmp_path / "huber.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        experiment: compiled-huber
+        problem: {{name: "{HUBER}", dim: 3, radius: 1.0, threshold: 0.15}}
+        n_users: 3000
+        optimizer: {{name: seq_sgd}}
+        privacy: {{protocol: cjmp_vec, epsilon: 2.0, delta: 1.0e-6, accounting: tight}}
+        seeds: [4]
+        execution: {{block_size: 256}}
+        """))
+    losses = []
+    for backend, shards in (("local", 1), ("ray", 2)):
+        out = tmp_path / backend
+        assert cli.main(["run", str(path), "--out", str(out), "--set", f"execution.backend={backend}",
+                         "--set", f"execution.shards={shards}", "--set",
+                         f"tracking.mlflow_uri=sqlite:///{tmp_path}/m.db"]) == 0
+        assert (pd.read_parquet(out / "runs.parquet")["status"] == FINISHED).all()
+        losses.append(pd.read_parquet(out / "rounds.parquet").sort_values("round")["excess_loss"].to_numpy())
+    assert len(losses[0]) > 20 and losses[0].tobytes() == losses[1].tobytes()
+    assert losses[0].tobytes() == np.asarray(_fused_losses(_huber_job("cjmp_vec"))).tobytes()
+
+
+def _fused_losses(job):
+    from pipeline.engine.shard import Shard
+
+    shard = Shard(job, 0, job.layout.n_blocks)
+    return shard.run_rounds(job.optimizer.start(job.seed), 0, job.schedule.rounds)[1].column("excess_loss")
+
+
+_FUSED_RUN = """
+import sys
+from pipeline import config, engine, planning
+(run,) = config.expand({"problem": {"name": sys.argv[1], "dim": 3, "radius": 1.0}, "n_users": 600,
+                        "optimizer": {"name": "seq_sgd"}, "seeds": [0], "execution": {"backend": "local", "shards": 1},
+                        "privacy": {"epsilon": 1.0, "delta": 1e-6, "protocol": "cjmp_vec", "accounting": "tight"}})
+job = planning.plan_run(run).job
+assert engine.compiles(job)
+engine.execute(job, "local", 1)
+"""
+
+
+def test_a_plug_in_twins_cached_kernels_do_not_reach_a_process_without_the_plug_in():
+    """numba's index file unpickles every key it holds, and a twin's kernel's key names its class:
+    a process that cached the Huber plug-in's kernels must leave the quadratic's loadable by a
+    process that never imports the plug-in (each kernel's cache has files of its own,
+    fused_kernel._KeyedCache); a shared index failed there with ModuleNotFoundError."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    for problem in (HUBER, "quadratic"):
+        done = subprocess.run([sys.executable, "-c", _FUSED_RUN, problem], cwd=root, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]

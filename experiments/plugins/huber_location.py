@@ -16,23 +16,77 @@ Constants: ∇ℓ = clip(θ − x, −κ, κ) coordinate-wise, so ‖∇ℓ‖�
 ≤ min(κ√d, 2R) = L; h'' ≤ 1, so β = 1; λ = 0 (h is flat-sloped beyond κ); D = 2R.
 Prox (closed form, per coordinate, u = θ − x): argmin_u' h(u') + (u' − u)²/(2t) is
 u/(1 + t) if |u| ≤ κ(1 + t), else u − tκ·sign(u); θ' = x + u'.
+
+Compiled twin (`HuberTwin`, pipeline/problems/base.py's contract): the gradients, losses and users
+below again in numba's subset, operation for operation as the numpy methods, so that sequential
+runs take the fused rounds, with no edit to the package.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from pipeline import draws
+from pipeline.numerics import pairwise_sum
 from pipeline.options import Option, real
-from pipeline.problems.base import Problem, ball_projection
+from pipeline.problems.base import Problem, ball_projection, writeable
+from pipeline.twins import keeps_twin
+
+# What HuberTwin reproduces: a subclass overriding one keeps the numpy path (pipeline.twins).
+REPRODUCED = ("center", "spread", "optimum", "sample", "gradients", "project", "population_loss", "excess_loss")
 
 
 def huber(u: np.ndarray, threshold: float) -> np.ndarray:
     """h_κ(u), elementwise."""
     magnitude = np.abs(u)
     return np.where(magnitude <= threshold, 0.5 * u**2, threshold * (magnitude - 0.5 * threshold))
+
+
+def huber_at(u, threshold):
+    """h_κ(u) of one float, as `huber` computes each element."""
+    magnitude = np.abs(u)
+    return 0.5 * (u * u) if magnitude <= threshold else threshold * (magnitude - 0.5 * threshold)
+
+
+class HuberTwin(NamedTuple):
+    """HuberLocation's compiled twin: its centre μ, spread s, threshold κ and F(θ*)."""
+
+    center: np.ndarray
+    spread: float
+    threshold: float
+    optimum_loss: float
+
+    def gradients(self, query, data, column, users, out):
+        """clip(q − x, −κ, κ) (np.clip: a NaN stays)."""
+        for coordinate in range(query.size):
+            centre, row = query[coordinate], data[coordinate, column: column + users]
+            target = out[coordinate * users: (coordinate + 1) * users]
+            for user in range(users):
+                value = centre - row[user]
+                if value < -self.threshold:
+                    value = -self.threshold
+                elif value > self.threshold:
+                    value = self.threshold
+                target[user] = value
+
+    def losses(self, released, squares):
+        """F(θ) − F(θ*) and F(θ): ½[h(g − s) + h(g + s)] per coordinate, g = θ − μ, summed as numpy's `.sum()`."""
+        for coordinate in range(released.size):
+            gap = released[coordinate] - self.center[coordinate]
+            squares[coordinate] = 0.5 * (huber_at(gap - self.spread, self.threshold)
+                                         + huber_at(gap + self.spread, self.threshold))
+        population = pairwise_sum(squares, 0, released.size)
+        return population - self.optimum_loss, population
+
+    def draw(self, state, out, tape):
+        """`sample`: μ + s·(2·integers(0, 2) − 1), one draw per coordinate in (coordinate, user) order."""
+        dim, users = out.shape
+        for coordinate in range(dim):
+            for user in range(users):
+                out[coordinate, user] = self.center[coordinate] + self.spread * (2.0 * draws.integers(state, 2) - 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,3 +157,8 @@ class HuberLocation(Problem):
     def population_loss(self, theta: np.ndarray) -> float:
         gap = theta - self.center
         return float(0.5 * (huber(gap - self.spread, self.threshold) + huber(gap + self.spread, self.threshold)).sum())
+
+    def compiled_problem(self) -> HuberTwin | None:
+        if not keeps_twin(self, "compiled_problem", REPRODUCED):
+            return None
+        return HuberTwin(writeable(self.center), self.spread, float(self.threshold), self.population_loss(self.center))

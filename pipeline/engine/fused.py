@@ -2,7 +2,7 @@
 rounds instead of ~22 numpy calls a round (shared/DESIGN.md §5, "Fast paths are twins of the
 reference path"), when each family states its compiled twin: the optimizer its update
 (Optimizer.compiled_update), the problem its gradients, losses and draws
-(Problem.compiled_problem, draw_compiled), the protocol its call's constants
+(Problem.compiled_problem: its twin), the protocol its call's constants
 (Protocol.fused_encoding). This module names no particular family.
 
 The compiled rounds (pipeline.engine.fused_kernel) are a twin of `Shard.python_rounds`:
@@ -209,6 +209,9 @@ class FusedRounds:
         self._noise_counter = counter(NOISE_STREAM, 0)  # for every round of a central curator's noise
         self._generator = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
         self._problems: dict[float, Any] = {}  # compiled_problem by a group's smoothing
+        self._twin = shard.job.problem.unsmoothed.compiled_problem()  # whose `draw` draws the users
+        draw_tag = int(stage_key("draw", (type(self._twin).draw,))[:15], 16)
+        self._draw = fused_kernel.draw_kernel(type(self._twin), draw_tag)
         self._kernels: dict[tuple, tuple] = {}  # (round kernel, its stage_key) by (kind, stages)
         # Blocks drawn or being drawn: a round may straddle the last one and the next, and the
         # block after is drawn in a thread while the kernel (which releases the GIL) runs rounds.
@@ -216,13 +219,13 @@ class FusedRounds:
         self._ahead = ThreadPoolExecutor(1, thread_name_prefix="fused-draw")
 
     def draw_block(self, block: int) -> np.ndarray:
-        """Shard.draw_block(block), bit for bit, in one compiled pass (Problem.draw_compiled: numpy's
-        own draws, standard_normal and choice, took two to three times as long)."""
+        """Shard.draw_block(block), bit for bit, in one compiled pass: the unsmoothed problem's
+        twin's `draw` (numpy's own draws, standard_normal and choice, took two to three times as long)."""
         job = self._job
         first, stop = job.layout.block_users(block)
         users = np.empty((job.problem.dim, stop - first))
         tape = np.empty(max(1, min(TAPE_RAWS, users.size)), np.uint64)
-        job.problem.unsmoothed.draw_compiled(self._kernel, state_words(stream(job.seed, DATA_STREAM, block)), users, tape)
+        self._draw(self._twin, state_words(stream(job.seed, DATA_STREAM, block)), users, tape)
         return users
 
     def _round_kernel(self, kind: str, update: Any, twin: Any) -> tuple[Any, str]:

@@ -39,6 +39,7 @@ from numba.cpython._binomial import make_binomial_btpe
 from numba.np.random._constants import fi_double, ki_double, wi_double, ziggurat_nor_inv_r, ziggurat_nor_r
 from numba.np.random.distributions import _binomial_btpe_squeeze
 
+from pipeline import draws
 from pipeline.numerics import pairwise_sum
 from pipeline.twins import called_functions
 
@@ -77,11 +78,12 @@ class _LockedCacheFile(IndexDataCacheFile):
 
 
 class _LockedCache(FunctionCache):
-    """numba's FunctionCache over _LockedCacheFile."""
+    """numba's FunctionCache over _LockedCacheFile, its files named by the function (numba's
+    name) and `suffix`."""
 
-    def __init__(self, py_func):
+    def __init__(self, py_func, suffix: str = ""):
         super().__init__(py_func)
-        self._cache_file = _LockedCacheFile(self._cache_path, self._impl.filename_base,
+        self._cache_file = _LockedCacheFile(self._cache_path, self._impl.filename_base + suffix,
                                             self._impl.locator.get_source_stamp())
 
 
@@ -223,7 +225,7 @@ def next_uint64(state):
 
 
 @cached()
-def _unit(raw):
+def unit(raw):
     """A raw output's uniform double on [0, 1) (numpy's `next_double`: the top 53 bits)."""
     return np.float64(raw >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
@@ -231,7 +233,7 @@ def _unit(raw):
 @cached()
 def next_double(state):
     """The next uniform double on [0, 1) (numpy's `random()`)."""
-    return _unit(next_uint64(state))
+    return unit(next_uint64(state))
 
 
 @cached()
@@ -347,11 +349,11 @@ def _ziggurat(next_raw):
             layer = raw & _LAYER
             if layer == 0:
                 while True:
-                    xx = -_NOR_INV_R * np.log1p(-_unit(next_raw(source)))
-                    yy = -np.log1p(-_unit(next_raw(source)))
+                    xx = -_NOR_INV_R * np.log1p(-unit(next_raw(source)))
+                    yy = -np.log1p(-unit(next_raw(source)))
                     if yy + yy > xx * xx:
                         return -(_NOR_R + xx) if (raw >> np.uint64(17)) & _ONE else _NOR_R + xx
-            elif (_FI[layer - 1] - _FI[layer]) * _unit(next_raw(source)) + _FI[layer] < np.exp(-0.5 * x * x):
+            elif (_FI[layer - 1] - _FI[layer]) * unit(next_raw(source)) + _FI[layer] < np.exp(-0.5 * x * x):
                 return x
 
     return normal
@@ -443,105 +445,35 @@ def normals(state, out, tape):
                 done += 1
 
 
-@cached(nogil=True)
-def quadratic_users(state, out, tape, spread, optimum, norms):
-    """Quadratic.from_normals of the stream's next normals (`normals`): out (d, users) holds
-    the users, each normal direction scaled to the sphere of radius `spread` (its norm summed
-    coordinate by coordinate, a zero norm read as 1) and moved to `optimum`; `norms`: users' work."""
-    flat = out.reshape(out.size)
-    normals(state, flat, tape)
-    dim, users = out.shape
-    norms[:users] = 0.0
-    for coordinate in range(dim):
-        row = out[coordinate]
-        for user in range(users):
-            norms[user] += row[user] * row[user]
-    for user in range(users):
-        norm = np.sqrt(norms[user])
-        norms[user] = spread / (norm if norm != 0.0 else 1.0)
-    for coordinate in range(dim):
-        row, centre = out[coordinate], optimum[coordinate]
-        for user in range(users):
-            row[user] = row[user] * norms[user] + centre
-
-
-@cached(nogil=True)
-def finite_users(state, out, tape, cdf, support, picks):
-    """finite.sample_support's users, `rng.choice(K, size=users, p=weights)` then the support's
-    columns: out (d, users) holds them. numpy's choice draws one uniform double a user
-    (`random(users)`) and takes the first index whose cdf (`weights.cumsum() / its last`)
-    exceeds it (`searchsorted(side="right")`). Raw outputs come a tape at a time (fill_raw);
-    `picks` (a tape's size) holds the indices before the columns are gathered row by row."""
-    dim, users = out.shape
-    done = 0
-    while done < users:
-        size = min(tape.size, users - done)
-        fill_raw(state, tape, size)
-        for user in range(size):
-            uniform = _unit(tape[user])
-            low, high = 0, cdf.size
-            while low < high:
-                middle = (low + high) // 2
-                if cdf[middle] <= uniform:
-                    low = middle + 1
-                else:
-                    high = middle
-            picks[user] = low
-        for coordinate in range(dim):
-            row, points = out[coordinate, done: done + size], support[coordinate]
-            for user in range(size):
-                row[user] = points[picks[user]]
-        done += size
-
-
-@cached(nogil=True)
-def bernoulli_users(state, out, tape, means):
-    """Bernoulli.sample's users: out (d, users) holds (random((d, users)) < μ[:, None]) as
-    floats, one uniform double per coordinate in (coordinate, user) order, raw outputs drawn a
-    tape at a time (fill_raw)."""
-    flat = out.reshape(out.size)
-    users = out.shape[1]
-    done = 0
-    while done < flat.size:
-        size = min(tape.size, flat.size - done)
-        fill_raw(state, tape, size)
-        for index in range(size):
-            flat[done + index] = 1.0 if _unit(tape[index]) < means[(done + index) // users] else 0.0
-        done += size
-
-
 # --- the rounds -------------------------------------------------------------------------
 
 
-def problem_gradients(problem, query, data, column, users, out):
-    """The gradients of a problem's compiled twin (pipeline.problems.base): its class's `gradients`,
-    which numba resolves from the constants' type when it compiles a kernel."""
-    type(problem).gradients(problem, query, data, column, users, out)
+def _by_twin(name: str):
+    """What the kernels call on a problem's compiled twin (pipeline.problems.base): its class's
+    function `name`, which numba resolves from the twin's type when it compiles a kernel."""
+
+    def call(problem, *args):
+        return getattr(type(problem), name)(problem, *args)
+
+    @overload(call)
+    def typed(problem, *args):
+        function = jitable(getattr(problem.instance_class, name))
+        return lambda problem, *args: function(problem, *args)
+
+    call.__name__ = call.__qualname__ = f"problem_{name}"
+    return call
 
 
-def problem_losses(problem, released, squares):
-    """The released model's (excess, population) losses by a problem's compiled twin: its class's `losses`."""
-    return type(problem).losses(problem, released, squares)
+problem_gradients = _by_twin("gradients")  # (twin, query, data, column, users, out): the gradients into out
+problem_losses = _by_twin("losses")  # (twin, released, squares) → (excess, population)
+problem_draw = _by_twin("draw")  # (twin, state, out, tape): a block's users into out (d, users)
 
 
-@overload(problem_gradients)
-def _problem_gradients(problem, query, data, column, users, out):
-    stage = jitable(problem.instance_class.gradients)
-
-    def gradients(problem, query, data, column, users, out):
-        stage(problem, query, data, column, users, out)
-
-    return gradients
-
-
-@overload(problem_losses)
-def _problem_losses(problem, released, squares):
-    stage = jitable(problem.instance_class.losses)
-
-    def losses(problem, released, squares):
-        return stage(problem, released, squares)
-
-    return losses
+# The draws a twin may make (pipeline.draws), compiled into their implementations here.
+overload(draws.normals)(lambda state, out, tape: lambda state, out, tape: normals(state, out, tape))
+overload(draws.raw_outputs)(lambda state, out, count: lambda state, out, count: fill_raw(state, out, count))
+overload(draws.unit)(lambda raw: lambda raw: unit(raw))
+overload(draws.integers)(lambda state, bound: lambda state, bound: bounded(state, bound))
 
 
 @register_jitable
@@ -1153,6 +1085,19 @@ def block_kernel(kind: str, twin: type, tag: int):
     return _BUILT[key]
 
 
+def draw_kernel(twin: type, tag: int):
+    """The compiled draw of a block's users by a problem's compiled twin (its class's `draw`),
+    built and cached as round_kernel's (`tag`: fused.stage_key of the twin's draw)."""
+    key = ("draw", twin, tag)
+    if key not in _BUILT:
+        @njit(nogil=True)  # nogil: the next block's users are drawn while the kernel runs
+        def draw_users(problem, state, out, tape):
+            problem_draw(problem, state, out, tape)
+
+        _BUILT[key] = _keyed(draw_users, "draw", (twin,), tag)
+    return _BUILT[key]
+
+
 def _keyed(kernel, kind: str, parts: tuple, tag: int):
     """`kernel` with numba's on-disk cache keyed by its kind, the names of `parts` and `tag` (_KeyedCache)."""
     names = ",".join(f"{part.__module__}.{part.__qualname__}" for part in parts)
@@ -1179,8 +1124,9 @@ _ALONE: dict = {}  # a stage function → its compiled twin, for this process
 
 
 class _KeyedCache(_LockedCache):
-    """numba's on-disk cache of a round kernel, its entries keyed by the kernel's bytecode and
-    `identity` (its kind, its stages' names and their sources' hash: round_kernel).
+    """numba's on-disk cache of a kernel that inlines functions of other files (round_kernel,
+    block_kernel, draw_kernel), in files of its own, its entries keyed by the kernel's bytecode and
+    `identity` (its kind, the names of the stages and twin it inlines and their sources' hash).
 
     numba's own key adds a pickle of the closure's cells, which here hold dispatchers that
     pickle with a uuid drawn per process: no other process computed the same key, so every
@@ -1191,7 +1137,9 @@ class _KeyedCache(_LockedCache):
 
     def __init__(self, py_func, identity: str):
         self._identity = hashlib.sha256(identity.encode()).hexdigest()
-        super().__init__(py_func)
+        # A file of its own: its keys name the twin's class, which loading the index imports, so
+        # a shared index holding a plug-in's kernel would fail in every process without the plug-in.
+        super().__init__(py_func, "." + self._identity[:20])
 
     def _index_key(self, sig, codegen):
         return sig, codegen.magic_tuple(), (hashlib.sha256(self._py_func.__code__.co_code).hexdigest(), self._identity)

@@ -34,21 +34,25 @@ def ship_plugins(job: RunJob) -> None:
     Called wherever the job is pickled again (driver, run task, shard actors):
     a class that arrived by value has no module there, so a stand-in module is
     registered under its name to keep it travelling by value. The optimizer's compiled
-    stages are named too: numba's cached kernel that calls them loads by their module's name."""
+    stages and the problem's compiled twin are named too: numba's cached kernel that calls them
+    loads by their module's name, and its key names the twin's class in that module."""
     updates = (stepper.compiled_update() for stepper in job.optimizer.steppers())
     stages = (stage for update in updates if update is not None for stage in (update.query, update.step, update.release))
-    ship_by_value((job.problem.unsmoothed, job.optimizer, job.protocol, *stages))
+    twin = job.problem.unsmoothed.compiled_problem()
+    ship_by_value((job.problem.unsmoothed, job.optimizer, job.protocol, *stages, *(() if twin is None else (twin,))))
 
 
 def ship_by_value(objects) -> None:
     """Makes the classes of `objects` (or the functions among them) that are defined outside
     this package travel by value."""
     for obj in objects:
-        name = obj.__module__ if isinstance(obj, types.FunctionType) else type(obj).__module__
-        if name.split(".")[0] == __name__.split(".")[0]:
+        kind = obj if isinstance(obj, types.FunctionType) else type(obj)
+        if kind.__module__.split(".")[0] == __name__.split(".")[0]:
             continue
-        module = sys.modules.setdefault(name, types.ModuleType(name))
+        module = sys.modules.setdefault(kind.__module__, types.ModuleType(kind.__module__))
         cloudpickle.register_pickle_by_value(module)
+        if "." not in kind.__qualname__ and not hasattr(module, kind.__qualname__):
+            setattr(module, kind.__qualname__, kind)  # a stand-in: what pickles by name (numba's keys) finds it
 
 
 class _RayShard(Shard):

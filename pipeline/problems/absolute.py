@@ -10,10 +10,10 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 from pipeline.problems.base import CompiledProblem, writeable
-from pipeline.problems.finite import FiniteBallProblem, finite_losses, finite_support
+from pipeline.problems.finite import FiniteBallProblem, choice_cdf, finite_draw, finite_losses, finite_support
 from pipeline.twins import keeps_twin
 
-# What the compiled twins reproduce (compiled_problem, compiled_envelope, draw_compiled): a
+# What the compiled twins reproduce (compiled_problem, compiled_envelope): a
 # subclass overriding one keeps numpy; Elastic states its own twins.
 REPRODUCED = ("sample", "gradients", "losses", "project", "population_loss", "excess_loss")
 
@@ -29,22 +29,27 @@ def sign(value):
 
 class SignTwin(NamedTuple):
     """The compiled twin (pipeline.problems.base) of the absolute deviation, with Elastic's ridge λ:
-    gradient sign(q − x) + λq, losses finite_losses.
+    gradient sign(q − x) + λq, losses finite_losses, users finite_draw.
 
     Attributes:
       ridge: λ (0 for Absolute: sign + 0·q is the same bits as sign alone).
       support, weights: the (d, K) points and their weights.
       optimum_losses: ℓ(θ*, x_k) of every support point (the excess's reference).
+      cdf: the weights' choice_cdf.
     """
 
     ridge: float
     support: np.ndarray
     weights: np.ndarray
     optimum_losses: np.ndarray
+    cdf: np.ndarray
 
     @classmethod
     def of(cls, problem: Any, ridge: float = 0.0) -> "SignTwin":
-        return cls(float(ridge), *_finite_constants(problem))
+        return cls(float(ridge), *_finite_constants(problem), choice_cdf(problem.weights))
+
+    def draw(self, state, out, tape):
+        finite_draw(self.cdf, self.support, state, out, tape)
 
     def gradients(self, query, data, column, users, out):
         """sign(q − x) + λq (np.sign of q − x, then Elastic's out += λθ)."""

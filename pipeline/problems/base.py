@@ -32,17 +32,20 @@ def ball_projection(theta: np.ndarray, radius: float) -> np.ndarray:
 # --- A problem's compiled twin (Problem.compiled_problem) -----------------------------------------
 # What the compiled rounds (pipeline.engine.fused_kernel) take of a problem: a NamedTuple of its
 # constants whose class defines, in numba's subset, how a user's gradient is made from its data
-# point and the released model's losses, each float operation in the order the problem's numpy
-# methods apply it, so that both paths give the same bits:
+# point, the released model's losses and how its users are drawn, each float operation in the
+# order the problem's numpy methods apply it, so that both paths give the same bits:
 #   gradients(self, query, data, column, users, out): the gradients at `query` of data columns
 #     [column, column + users) into `out`, a flat (coordinate, user) array (`gradients`' (d, users));
 #   losses(self, released, squares) -> (excess, population): `excess_loss` and `population_loss`
-#     of the released model (`squares`: a d-vector the function may write).
+#     of the released model (`squares`: a d-vector the function may write);
+#   draw(self, state, out, tape): `sample`'s users of a block into `out` (d, users), drawn from the
+#     kernel's generator `state` with pipeline.draws (`tape`: a uint64 scratch buffer).
 # They are written once, in the family's file: the quadratic's and Bernoulli's θ − x
-# (quadratic.CentredTwin), the absolute deviation's sign(θ − x) + λθ and the Moreau envelope of it
-# (absolute.SignTwin, absolute.EnvelopeTwin; Elastic's λ), and the kernels call them by the
-# constants' type. Anything else (logistic: numpy's SIMD exp and log are not libm's; a plug-in
-# that gives none) keeps the Python path. Nothing here loads numba.
+# (quadratic.QuadraticTwin, bernoulli.BernoulliTwin), the absolute deviation's sign(θ − x) + λθ
+# and the Moreau envelope of it (absolute.SignTwin, absolute.EnvelopeTwin, which is never drawn
+# from: the unsmoothed problem draws; Elastic's λ), and the kernels call them by the twin's type.
+# Anything else (logistic: numpy's SIMD exp and log are not libm's; a plug-in that gives none)
+# keeps the Python path. Nothing here loads numba.
 CompiledProblem = NamedTuple  # a problem's compiled twin: its constants, its class the functions above
 
 
@@ -298,25 +301,14 @@ class Problem(abc.ABC):
     def compiled_problem(self) -> CompiledProblem | None:
         """This problem's compiled twin (`CompiledProblem`: its constants, whose class defines its
         gradients and losses in numba's subset), or None: its rounds run in numpy. A class that
-        returns one promises that the twin's functions and `draw_compiled` reproduce its gradients,
-        losses and user draws bit for bit, and guards its subclasses with pipeline.twins.keeps_twin."""
+        returns one promises that the twin's functions reproduce its gradients, losses and user
+        draws bit for bit, and guards its subclasses with pipeline.twins.keeps_twin."""
         return None
 
     def compiled_envelope(self, beta: float) -> CompiledProblem | None:
         """The compiled twin of this problem's Moreau envelope with smoothing β
         (pipeline.problems.smoothed), or None."""
         return None
-
-    def draw_compiled(self, kernel: Any, state: np.ndarray, out: np.ndarray, tape: np.ndarray) -> None:
-        """`sample`'s draw, bit for bit, in compiled code, for problems with a compiled twin.
-
-        Args:
-          kernel: pipeline.engine.fused_kernel (passed in: problems load no numba).
-          state: the block's generator as the kernel's state words.
-          out: the users' data, (dim, count), written in place.
-          tape: a uint64 buffer of raw draws.
-        """
-        raise NotImplementedError(f"{self.name} has no compiled draw")
 
     @property
     def unsmoothed(self) -> "Problem":

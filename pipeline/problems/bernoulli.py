@@ -4,16 +4,46 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
 from pipeline.numerics import ordered_dot
-from pipeline.problems.base import CompiledProblem, Problem, ball_projection, squared_norm
-from pipeline.problems.quadratic import CentredTwin
+from pipeline import draws
+from pipeline.problems.base import CompiledProblem, Problem, ball_projection, squared_norm, writeable
+from pipeline.problems.quadratic import centred_gradients, centred_losses
 from pipeline.twins import keeps_twin
 
-# What the compiled twin reproduces (compiled_problem, draw_compiled): a subclass overriding one keeps numpy.
+class BernoulliTwin(NamedTuple):
+    """Bernoulli's compiled twin (pipeline.problems.base): the quadratic's gradients and losses
+    (quadratic.centred_gradients, centred_losses), and `draw`, Bernoulli.sample's bits.
+
+    Attributes:
+      optimum: μ, the bits' means (θ*).
+      constant: the variance, the population loss minus the excess.
+    """
+
+    optimum: np.ndarray
+    constant: float
+
+    gradients = centred_gradients
+    losses = centred_losses
+
+    def draw(self, state, out, tape):
+        """(random((d, users)) < μ[:, None]) as floats: one uniform double per coordinate in
+        (coordinate, user) order, the raw outputs drawn a tape at a time."""
+        flat = out.reshape(out.size)
+        users = out.shape[1]
+        done = 0
+        while done < flat.size:
+            size = min(tape.size, flat.size - done)
+            draws.raw_outputs(state, tape, size)
+            for index in range(size):
+                flat[done + index] = 1.0 if draws.unit(tape[index]) < self.optimum[(done + index) // users] else 0.0
+            done += size
+
+
+# What the compiled twin reproduces (compiled_problem): a subclass overriding one keeps numpy.
 _REPRODUCED = ("sample", "gradients", "project", "population_loss", "excess_loss")
 
 
@@ -89,8 +119,6 @@ class Bernoulli(Problem):
         return 0.5 * squared_norm(gap)
 
     def compiled_problem(self) -> CompiledProblem | None:
-        return CentredTwin.of(self, self.variance) if keeps_twin(self, "compiled_problem", _REPRODUCED) else None
-
-    def draw_compiled(self, kernel, state: np.ndarray, out: np.ndarray, tape: np.ndarray) -> None:
-        """The block's bits, uniform < μ_j (fused_kernel.bernoulli_users)."""
-        kernel.bernoulli_users(state, out, tape, np.asarray(self.optimum, np.float64))
+        if not keeps_twin(self, "compiled_problem", _REPRODUCED):
+            return None
+        return BernoulliTwin(writeable(self.optimum), float(self.variance))

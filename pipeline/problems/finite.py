@@ -6,10 +6,46 @@ import math
 
 import numpy as np
 
+from pipeline import draws
 from pipeline.numerics import ordered_dot
 from pipeline.problems.base import Problem, ball_projection
 
 SUPPORT_SIZE = 64  # K, the number of points the data distribution puts mass on
+
+
+def choice_cdf(weights: np.ndarray) -> np.ndarray:
+    """The cdf numpy's `choice(K, p=weights)` searches: cumsum, divided by its last."""
+    cdf = np.cumsum(weights)
+    cdf /= cdf[-1]
+    return cdf
+
+
+def finite_draw(cdf, support, state, out, tape):
+    """A compiled twin's draw (pipeline.problems.base) of sample_support's users into out (d, users):
+    numpy's `choice(K, size=users, p=weights)` draws one uniform double a user (`random(users)`)
+    and takes the first index whose cdf (choice_cdf) exceeds it (`searchsorted(side="right")`);
+    then the support's columns, gathered row by row. Raw outputs come a tape at a time."""
+    dim, users = out.shape
+    picks = np.empty(tape.size, np.int64)
+    done = 0
+    while done < users:
+        size = min(tape.size, users - done)
+        draws.raw_outputs(state, tape, size)
+        for user in range(size):
+            uniform = draws.unit(tape[user])
+            low, high = 0, cdf.size
+            while low < high:
+                middle = (low + high) // 2
+                if cdf[middle] <= uniform:
+                    low = middle + 1
+                else:
+                    high = middle
+            picks[user] = low
+        for coordinate in range(dim):
+            row, points = out[coordinate, done: done + size], support[coordinate]
+            for user in range(size):
+                row[user] = points[picks[user]]
+        done += size
 
 
 def finite_losses(ridge, support, weights, optimum_losses, released):
@@ -110,13 +146,6 @@ class FiniteBallProblem(Problem):
 
     def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
         return sample_support(rng, count, self.support, self.weights)
-
-    def draw_compiled(self, kernel, state: np.ndarray, out: np.ndarray, tape: np.ndarray) -> None:
-        """sample_support's choice, bit for bit (fused_kernel.finite_users: numpy's choice takes
-        cumsum / its last as the cdf)."""
-        cdf = np.cumsum(self.weights)
-        cdf /= cdf[-1]
-        kernel.finite_users(state, out, tape, cdf, np.ascontiguousarray(self.support), np.empty(tape.size, np.int64))
 
     def project(self, theta: np.ndarray) -> np.ndarray:
         return ball_projection(theta, self.radius)

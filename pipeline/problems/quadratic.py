@@ -3,48 +3,72 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from pipeline import draws
 from pipeline.numerics import column_norms, pairwise_sum
 from pipeline.problems.base import CompiledProblem, Problem, ball_projection, squared_norm, writeable
 from pipeline.twins import keeps_twin
 
-class CentredTwin(NamedTuple):
-    """The compiled twin (pipeline.problems.base) of a problem whose gradient is θ − x, excess
-    ½‖θ − θ*‖² and population loss that plus a constant: the quadratic's and Bernoulli's.
+def centred_gradients(self, query, data, column, users, out):
+    """A compiled twin's (pipeline.problems.base) gradients q − x, coordinate by coordinate (row by
+    row: the compiler vectorizes the inner loop): the quadratic's and Bernoulli's."""
+    for coordinate in range(query.size):
+        centre, row = query[coordinate], data[coordinate, column: column + users]
+        target = out[coordinate * users: (coordinate + 1) * users]
+        for user in range(users):
+            target[user] = centre - row[user]
+
+
+def centred_losses(self, released, squares):
+    """A compiled twin's excess ½‖θ − θ*‖², its squares summed as numpy's pairwise sum
+    (squared_norm), and population loss that plus `self.constant`: the quadratic's and Bernoulli's."""
+    for coordinate in range(released.size):
+        gap = released[coordinate] - self.optimum[coordinate]
+        squares[coordinate] = gap * gap
+    excess = 0.5 * pairwise_sum(squares, 0, released.size)
+    return excess, excess + self.constant
+
+
+class QuadraticTwin(NamedTuple):
+    """The quadratic's compiled twin (pipeline.problems.base): centred_gradients, centred_losses,
+    and `draw`, Quadratic.sample's users.
 
     Attributes:
       optimum: θ*.
-      constant: the population loss minus the excess (½·spread², Bernoulli's variance).
+      constant: ½·spread², the population loss minus the excess.
+      spread: the users' distance from θ*.
     """
 
     optimum: np.ndarray
     constant: float
+    spread: float
 
-    @classmethod
-    def of(cls, problem: Any, constant: float) -> "CentredTwin":
-        return cls(writeable(problem.optimum), float(constant))
+    gradients = centred_gradients
+    losses = centred_losses
 
-    def gradients(self, query, data, column, users, out):
-        """q − x, coordinate by coordinate (row by row: the compiler vectorizes the inner loop)."""
-        for coordinate in range(query.size):
-            centre, row = query[coordinate], data[coordinate, column: column + users]
-            target = out[coordinate * users: (coordinate + 1) * users]
+    def draw(self, state, out, tape):
+        """from_normals of the stream's next normals: each user's normal direction (its norm summed
+        coordinate by coordinate, a zero norm read as 1) scaled to `spread` and moved to θ*."""
+        dim, users = out.shape
+        draws.normals(state, out.reshape(out.size), tape)
+        norms = np.zeros(users)
+        for coordinate in range(dim):
+            row = out[coordinate]
             for user in range(users):
-                target[user] = centre - row[user]
+                norms[user] += row[user] * row[user]
+        for user in range(users):
+            norm = np.sqrt(norms[user])
+            norms[user] = self.spread / (norm if norm != 0.0 else 1.0)
+        for coordinate in range(dim):
+            row, centre = out[coordinate], self.optimum[coordinate]
+            for user in range(users):
+                row[user] = row[user] * norms[user] + centre
 
-    def losses(self, released, squares):
-        """½‖θ − θ*‖², its squares summed as numpy's pairwise sum (squared_norm), and that plus the constant."""
-        for coordinate in range(released.size):
-            gap = released[coordinate] - self.optimum[coordinate]
-            squares[coordinate] = gap * gap
-        excess = 0.5 * pairwise_sum(squares, 0, released.size)
-        return excess, excess + self.constant
 
-
-# What the compiled twin reproduces (compiled_problem, draw_compiled): a subclass overriding one keeps numpy.
+# What the compiled twin reproduces (compiled_problem): a subclass overriding one keeps numpy.
 _REPRODUCED = ("sample", "from_normals", "gradients", "project", "population_loss", "excess_loss")
 
 
@@ -134,9 +158,6 @@ class Quadratic(Problem):
         return 0.5 * squared_norm(gap)
 
     def compiled_problem(self) -> CompiledProblem | None:
-        return CentredTwin.of(self, 0.5 * self.spread**2) if keeps_twin(self, "compiled_problem", _REPRODUCED) else None
-
-    def draw_compiled(self, kernel, state: np.ndarray, out: np.ndarray, tape: np.ndarray) -> None:
-        """from_normals of the block's normals, drawn in bulk with numpy's ziggurat (fused_kernel.quadratic_users)."""
-        kernel.quadratic_users(state, out, tape, self.spread, np.asarray(self.optimum, np.float64),
-                               np.empty(out.shape[1]))
+        if not keeps_twin(self, "compiled_problem", _REPRODUCED):
+            return None
+        return QuadraticTwin(writeable(self.optimum), 0.5 * self.spread**2, float(self.spread))

@@ -1,0 +1,49 @@
+"""The random draws a compiled twin may make (a problem's users: pipeline.problems.base), each
+defined once, in pipeline.engine.fused_kernel, bit for bit as numpy's Generator makes it from a
+Philox stream held as the kernel's state words (fused.state_words).
+
+A twin's functions, written in numba's subset in their family's file, call the names below; the
+kernel compiles each call into its implementation (numba's `overload`). They exist in compiled
+code only (this module imports nothing of the engine, which imports it): in Python, draw with
+numpy's Generator, whose draws these are.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _declared(function):
+    """Marks a draw the kernel implements (pipeline.twins.called_functions leaves it out)."""
+    function.declared = True
+    return function
+
+
+def _compiled_only(name: str):
+    raise RuntimeError(f"pipeline.draws.{name} is drawn in compiled code only (pipeline.engine.fused_kernel); "
+                       "in Python, draw with numpy's Generator")
+
+
+@_declared
+def normals(state: np.ndarray, out: np.ndarray, tape: np.ndarray) -> None:
+    """Fills `out` with what `standard_normal(out.size)` draws (numpy's ziggurat), the raw
+    outputs drawn in bulk into `tape`, a scratch buffer; `state` is left after them."""
+    _compiled_only("normals")
+
+
+@_declared
+def raw_outputs(state: np.ndarray, out: np.ndarray, count: int) -> None:
+    """Fills out[:count] with the stream's next `count` raw 64-bit outputs (`random_raw`)."""
+    _compiled_only("raw_outputs")
+
+
+@_declared
+def unit(raw: np.uint64) -> float:
+    """The double in [0, 1) that `random()` makes of one raw output (its top 53 bits)."""
+    _compiled_only("unit")
+
+
+@_declared
+def integers(state: np.ndarray, bound: int) -> int:
+    """One `integers(0, bound)` draw, 1 ≤ bound < 2³² (numpy's Lemire multiply and reject over
+    32-bit halves of the raw outputs)."""
+    _compiled_only("integers")
