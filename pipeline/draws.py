@@ -47,3 +47,10 @@ def integers(state: np.ndarray, bound: int) -> int:
     """One `integers(0, bound)` draw, 1 ≤ bound < 2³² (numpy's Lemire multiply and reject over
     32-bit halves of the raw outputs)."""
     _compiled_only("integers")
+
+
+@_declared
+def fill_integers(state: np.ndarray, bound: int, out: np.ndarray, tape: np.ndarray) -> None:
+    """Fills the int64 array `out` with the next out.size `integers(0, bound)` draws (as many
+    `integers` calls, in bulk: their 32-bit halves read from raw outputs drawn into `tape`)."""
+    _compiled_only("fill_integers")

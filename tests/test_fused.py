@@ -132,6 +132,30 @@ def test_32_bit_draws_and_bounded_integers_are_numpys_interleaved_with_the_other
     assert rejected.bit_generator.state["state"]["counter"][0] > 1000 // 8 * 1.5
 
 
+@pytest.mark.parametrize("bound", [1, 2, 3, 7, 1000, 2**31 + 1, 2**32 - 1])
+@pytest.mark.parametrize("count", [0, 1, 2, 5, 64, 1001])
+@pytest.mark.parametrize("before", ["nothing", "a 32-bit draw", "a raw output"])
+def test_bulk_bounded_integers_are_numpys_and_leave_its_state(bound, count, before):
+    """fill_bounded (pipeline.draws.fill_integers): `integers(0, bound, size=count)` in bulk, from a
+    generator holding a high half (after one 32-bit draw) or not, with rejections (2³¹ + 1: about
+    half of the draws) and a tape of 3 raw outputs (refilled mid-draw): numpy's integers, and the
+    same stream after them (the next 32-bit and raw draws agree)."""
+    key, start = run_key(13), counter(4, 2, 9)
+    reference = np.random.Generator(np.random.Philox(key=key, counter=start))
+    state = fused.state_words(reference)
+    if before == "a 32-bit draw":
+        reference.integers(0, 2**32)
+        philox.next_uint32(state)
+    elif before == "a raw output":
+        reference.bit_generator.random_raw()
+        philox.next_uint64(state)
+    got = np.full(count, -1, np.int64)
+    philox.fill_bounded(state, bound, got, np.empty(3, np.uint64))
+    assert np.array_equal(got, reference.integers(0, bound, size=count))
+    assert philox.next_uint32(state) == reference.integers(0, 2**32)
+    assert philox.next_uint64(state) == reference.bit_generator.random_raw()
+
+
 @pytest.mark.parametrize("taken", [0, 1, 3, 4])
 @pytest.mark.parametrize("count", [0, 1, 3, 4, 5, 8, 9, 1001])
 @pytest.mark.parametrize("start", [counter(1, 0, 0), np.array([2**64 - 2, 2**64 - 1, 7, 0], np.uint64)])

@@ -82,11 +82,13 @@ class HuberTwin(NamedTuple):
         return population - self.optimum_loss, population
 
     def draw(self, state, out, tape):
-        """`sample`: μ + s·(2·integers(0, 2) − 1), one draw per coordinate in (coordinate, user) order."""
+        """`sample`: μ + s·(2·integers(0, 2) − 1), the draws in (coordinate, user) order, in bulk."""
         dim, users = out.shape
+        signs = np.empty(out.size, np.int64)
+        draws.fill_integers(state, 2, signs, tape)
         for coordinate in range(dim):
             for user in range(users):
-                out[coordinate, user] = self.center[coordinate] + self.spread * (2.0 * draws.integers(state, 2) - 1.0)
+                out[coordinate, user] = self.center[coordinate] + self.spread * (2.0 * signs[coordinate * users + user] - 1.0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -277,6 +277,40 @@ def bounded(state, bound):
     return np.int64(product >> np.uint64(32))
 
 
+@cached()
+def fill_bounded(state, bound, out, tape):
+    """out[:] = the next out.size `integers(0, bound)` draws, 1 ≤ bound < 2³² (`bounded` one after
+    another: the same draws, the same state after them), their 32-bit halves read from raw
+    outputs drawn a tape at a time (fill_raw; a call of next_uint32 per draw took three times as
+    long). Lemire's rule: a draw u is accepted when the low half of u·bound is at least
+    (2³² − bound) mod bound (`bounded`'s threshold), and is then the high half."""
+    count = out.size
+    if bound == 1:
+        out[:] = 0
+        return
+    excluded = np.uint64(bound)
+    threshold = (_LOW_HALF - (excluded - _ONE)) % excluded
+    done, cursor, held = 0, 0, 0  # halves of the tape: the next one read, and how many were drawn
+    while done < count:
+        if state[_HAS_HALF]:  # a high half an earlier 32-bit draw left
+            state[_HAS_HALF] = 0
+            half = state[_HALF]
+        else:
+            if cursor == held:
+                raws = min(tape.size, (count - done + 1) // 2)
+                fill_raw(state, tape, raws)
+                cursor, held = 0, 2 * raws
+            raw = tape[cursor // 2]
+            half = raw & _LOW_HALF if cursor % 2 == 0 else raw >> np.uint64(32)
+            cursor += 1
+        product = half * excluded
+        if product & _LOW_HALF >= threshold:
+            out[done] = np.int64(product >> np.uint64(32))
+            done += 1
+    if cursor < held:  # the last raw output's high half waits for the next 32-bit draw
+        state[_HAS_HALF], state[_HALF] = 1, tape[cursor // 2] >> np.uint64(32)
+
+
 _btpe = make_binomial_btpe(next_double, _binomial_btpe_squeeze)
 
 
@@ -474,6 +508,8 @@ overload(draws.normals)(lambda state, out, tape: lambda state, out, tape: normal
 overload(draws.raw_outputs)(lambda state, out, count: lambda state, out, count: fill_raw(state, out, count))
 overload(draws.unit)(lambda raw: lambda raw: unit(raw))
 overload(draws.integers)(lambda state, bound: lambda state, bound: bounded(state, bound))
+overload(draws.fill_integers)(lambda state, bound, out, tape: lambda state, bound, out, tape: fill_bounded(state, bound,
+                                                                                                           out, tape))
 
 
 @register_jitable
