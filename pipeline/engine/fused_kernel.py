@@ -248,6 +248,7 @@ def rekey(state, key, counter):
 
 
 _LOW_HALF = np.uint64(0xFFFFFFFF)
+TAPE_WORDS = 2048  # raw outputs a bulk draw holds at a time (fill_bounded's tape): small enough for the first cache
 
 
 @cached()
@@ -751,7 +752,7 @@ def _girgis_chunk(problem, query, data, column, users, state, kind, coded, width
     linf, l2 or l1 (`kind`), into `hist` (levels × s·a × 2); False if a gradient is not finite.
 
     The gradients and their norms (_gradients); l1: _girgis_l1. linf, l2: the unit cube
-    (_girgis_cube); then per level the (s, users) indices (`bounded`, one block of width a per
+    (_girgis_cube); then per level the (s, users) indices (fill_bounded, one block of width a per
     message), the (s, users) uniforms, and each message's bit (a plane of F or the rounding
     plane, through 2RR) counted at its index.
     """
@@ -764,9 +765,12 @@ def _girgis_chunk(problem, query, data, column, users, state, kind, coded, width
     cube = _girgis_cube(inputs[: query.size * users], norms, users, kind, coded, ball, clip_radius, signs, units,
                         spare)
     scale = 2.0 ** (levels - 1)
+    drawn = indices[:messages * users]
+    tape = np.empty(max(1, min(TAPE_WORDS, (drawn.size + 1) // 2)), np.uint64)
     for level in range(levels):
+        fill_bounded(state, width, drawn, tape)
         for index in range(messages * users):
-            indices[index] = (index // users) * width + bounded(state, width)
+            indices[index] += (index // users) * width
         for index in range(messages * users):
             picked = indices[index]
             value = cube[picked * users + index % users] if picked < coded else 0.0  # zero padding
