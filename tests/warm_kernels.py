@@ -13,9 +13,9 @@ import sys
 from pipeline import config, engine, planning
 
 # (problem, optimizer, protocol, accounting): one job a kernel or a variant of its arguments'
-# types, the slowest to compile first. A round kernel is compiled per (protocol, optimizer's stages).
+# types, the slowest to compile first. A round kernel is compiled per (protocol, optimizer's stages, problem's twin).
 JOBS = (
-    ("quadratic", "seq_sgd", "cjmp_vec", "tight"),            # rounds_pvec, averaged stages, quadratic_users
+    ("quadratic", "seq_sgd", "cjmp_vec", "tight"),            # rounds_pvec, averaged stages, the quadratic twin's draw
     ("quadratic", "seq_sgd", "girgis_l2", "paper"),           # rounds_girgis
     ("quadratic", "seq_sgd", "shuffle_gaussian", "tight"),    # rounds_sum
     ("quadratic", "seq_agd", "cjmp_vec", "tight"),            # rounds_pvec, AC-SA stages
@@ -24,8 +24,8 @@ JOBS = (
     ("quadratic", "full_gd", "cjmp_vec", "tight"),            # blocks_pvec
     ("quadratic", "full_gd", "local_l2", "tight"),            # blocks_sum
     ("quadratic", "seq_sgd", "cjmp_vec", "paper"),
-    ("absolute", "seq_sgd", "cjmp_vec", "tight"),             # finite_users
-    ("bernoulli", "seq_sgd", "cjmp_vec", "tight"),            # bernoulli_users
+    ("absolute", "seq_sgd", "cjmp_vec", "tight"),             # the finite twins' draw
+    ("bernoulli", "seq_sgd", "cjmp_vec", "tight"),            # Bernoulli's twin's draw
 )
 
 
