@@ -572,7 +572,7 @@ def test_an_update_written_once_runs_the_same_in_python_and_compiled(protocol):
 
 
 def test_a_new_pair_of_protocol_and_optimizer_stages_is_cached_only_once_it_has_run(tmp_path, monkeypatch):
-    """kernels_cached(jobs): each (protocol kernel, optimizer's stages) pair compiles on its first use,
+    """kernels_cached(jobs): each (protocol kernel, optimizer's stages, twin) and each twin's draw compiles on its first use,
     so a grid is warned about (and warms) a pair no run has built yet, even when other kernels are
     cached; a pair's key changes with its stages' source, so an edited plug-in counts as new."""
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))  # the markers' folder (numba's own was fixed at import)
@@ -583,6 +583,10 @@ def test_a_new_pair_of_protocol_and_optimizer_stages_is_cached_only_once_it_has_
     assert fused.kernels_cached() and not fused.kernels_cached((agd,))
     _rounds(agd, 1, fused_path=True)
     assert fused.kernels_cached((agd,))
+    draw_marker = fused._marker(fused.draw_key(agd.problem.compiled_problem()))
+    draw_marker.unlink()  # the users' draw (a kernel of its own, per twin) counts too
+    assert not fused.kernels_cached((agd,))
+    draw_marker.touch()
     assert not fused.kernels_cached((_job(_tree(n_users=2_000, dim=3, block_size=256, name="pnsgd",
                                                  protocol="central_gaussian")),))
     plugin = tmp_path / "my_momentum.py"

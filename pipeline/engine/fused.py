@@ -97,10 +97,10 @@ def _cache_folder() -> Path:
 
 def kernels_cached(jobs: tuple = ()) -> bool:
     """Whether numba's cache holds kernels of the current fused_kernel.py (an index file newer than
-    it: an edit, or a fresh install, makes numba compile again, about 15 s of a core) and the round
-    kernel of every (protocol, optimizer's stages) pair the fusable `jobs` run (each compiles on its
-    first use, 5-10 s: a marker written after its first window, `_mark_built`). File checks: numba
-    is not loaded."""
+    it: an edit, or a fresh install, makes numba compile again, about 15 s of a core), the round
+    kernel of every (protocol, optimizer's stages, problem's twin) the fusable `jobs` run and the
+    draw of every twin they draw users with (each compiles on its first use, 1-10 s: a marker
+    written once it has run, `_mark_built`). File checks: numba is not loaded."""
     folder = _cache_folder()
     source = (Path(__file__).resolve().parent / "fused_kernel.py").stat().st_mtime
     if not any(index.stat().st_mtime > source for index in folder.rglob("fused_kernel.*.nbi")):
@@ -109,6 +109,7 @@ def kernels_cached(jobs: tuple = ()) -> bool:
                       kernel_functions(optimizer.compiled_update(), gradient_problem(job.problem, group.smoothing).compiled_problem()))
             for job in jobs if fusable(job) for first, group in zip(job.schedule.group_starts, job.schedule.groups)
             for optimizer in job.optimizer.steppers()}
+    keys |= {draw_key(job.problem.unsmoothed.compiled_problem()) for job in jobs if fusable(job)}
     return all(_marker(key).exists() and _marker(key).stat().st_mtime > source for key in keys)
 
 
@@ -135,6 +136,11 @@ def kernel_functions(update: Any, twin: Any) -> tuple:
     """What a round kernel inlines: the optimizer's three stages, the problem's twin's gradients and
     losses, and the kernels' own sums (numerics.pairwise_sum, outside fused_kernel's file)."""
     return update.query, update.step, update.release, *twin_functions(twin)
+
+
+def draw_key(twin: Any) -> str:
+    """The stage_key of a problem's twin's users' draw (fused_kernel.draw_kernel)."""
+    return stage_key("draw", (type(twin).draw,))
 
 
 def twin_functions(twin: Any) -> tuple:
@@ -210,8 +216,8 @@ class FusedRounds:
         self._generator = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
         self._problems: dict[float, Any] = {}  # compiled_problem by a group's smoothing
         self._twin = shard.job.problem.unsmoothed.compiled_problem()  # whose `draw` draws the users
-        draw_tag = int(stage_key("draw", (type(self._twin).draw,))[:15], 16)
-        self._draw = fused_kernel.draw_kernel(type(self._twin), draw_tag)
+        self._draw_key = draw_key(self._twin)
+        self._draw = fused_kernel.draw_kernel(type(self._twin), int(self._draw_key[:15], 16))
         self._kernels: dict[tuple, tuple] = {}  # (round kernel, its stage_key) by (kind, stages)
         # Blocks drawn or being drawn: a round may straddle the last one and the next, and the
         # block after is drawn in a thread while the kernel (which releases the GIL) runs rounds.
@@ -226,6 +232,7 @@ class FusedRounds:
         users = np.empty((job.problem.dim, stop - first))
         tape = np.empty(max(1, min(TAPE_RAWS, users.size)), np.uint64)
         self._draw(self._twin, state_words(stream(job.seed, DATA_STREAM, block)), users, tape)
+        _mark_built(self._draw_key)
         return users
 
     def _round_kernel(self, kind: str, update: Any, twin: Any) -> tuple[Any, str]:
