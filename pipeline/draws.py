@@ -1,4 +1,4 @@
-"""The random draws a compiled twin may make (a problem's users: pipeline.problems.base), each
+"""The random draws a compiled twin may make (a problem's users, a protocol's randomizer), each
 defined once, in pipeline.engine.fused_kernel, bit for bit as numpy's Generator makes it from a
 Philox stream held as the kernel's state words (fused.state_words).
 
@@ -54,3 +54,21 @@ def fill_integers(state: np.ndarray, bound: int, out: np.ndarray, tape: np.ndarr
     """Fills the int64 array `out` with the next out.size `integers(0, bound)` draws (as many
     `integers` calls, in bulk: their 32-bit halves read from raw outputs drawn into `tape`)."""
     _compiled_only("fill_integers")
+
+
+@_declared
+def uniform(state: np.ndarray) -> float:
+    """The next uniform double on [0, 1) (`random()`)."""
+    _compiled_only("uniform")
+
+
+@_declared
+def standard_normals(state: np.ndarray, out: np.ndarray, count: int) -> None:
+    """Fills out[:count] with the next `count` draws of `standard_normal` (numpy's ziggurat), one at a time."""
+    _compiled_only("standard_normals")
+
+
+@_declared
+def binomial(state: np.ndarray, trials: int, probability: float) -> int:
+    """One `binomial(trials, probability)` draw (numpy's inversion and BTPE, numba's port)."""
+    _compiled_only("binomial")

@@ -32,7 +32,8 @@ def keeps_twin(instance: Any, twin: str, reproduced: Iterable[str]) -> bool:
 
 
 def called_functions(*roots: Any) -> list:
-    """`roots` and the plain Python functions they call by a global name, recursively: what a
+    """`roots` and the plain Python functions they call by a global name or as a module's
+    attribute, recursively: what a
     compiled twin's stage functions need compiled with them (a helper such as
     numerics.pairwise_sum), and the files a cached kernel's key must hash. numpy's and math's
     functions, which numba types itself, and pipeline.draws' declared draws, which the kernel
@@ -50,9 +51,18 @@ def called_functions(*roots: Any) -> list:
         if function in found:
             continue
         found.append(function)
-        for name in function.__code__.co_names:
-            called = function.__globals__.get(name)
-            if isinstance(called, types.FunctionType) and not getattr(called, "declared", False) \
-                    and (called.__module__ or "").split(".")[0] not in _TYPED_BY_NUMBA:
-                pending.append(called)
+        names = function.__code__.co_names
+        for name in names:
+            value = function.__globals__.get(name)
+            # module.function: the module's functions among the names the code reads
+            candidates = [getattr(value, other, None) for other in names] if isinstance(value, types.ModuleType) \
+                else [value]
+            pending.extend(called for called in candidates if _compiled_with_caller(called))
     return found
+
+
+def _compiled_with_caller(value: Any) -> bool:
+    """Whether a function a stage calls is compiled with it: a plain function, not numpy's or
+    math's (numba types those itself) nor a draw the kernel implements (pipeline.draws)."""
+    return isinstance(value, types.FunctionType) and not getattr(value, "declared", False) \
+        and (value.__module__ or "").split(".")[0] not in _TYPED_BY_NUMBA

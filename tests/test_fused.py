@@ -17,7 +17,7 @@ from numba import njit
 from pipeline import cli, config, planning
 from pipeline.engine import fused
 from pipeline.engine import fused_kernel as philox  # its generator part
-from pipeline.numerics import pairwise_sum
+from pipeline.numerics import column_norms, pairwise_sum
 from pipeline.engine.fused import TAPE_RAWS
 from pipeline.engine.layout import counter, run_key, stream
 from pipeline.engine.shard import Shard
@@ -369,15 +369,11 @@ def test_a_girgis_chunk_gives_encode_blocks_histograms(kind, dim, messages, leve
     inputs = np.random.default_rng(users).standard_normal((dim, users)) * 0.8
     want = girgis.encode_block(params, inputs, stream(0, 2, users, 1))
     encoding = build_protocol(f"girgis_{kind}", "paper").fused_encoding(GirgisCall(params, users, users, "all", 0.0))
-    rows = max(encoding.coded, dim)
-    work = (np.empty(dim * users), np.empty(users), np.empty(rows * users), np.empty(rows * users),
-            np.empty(messages * users, np.int64))
-    got = np.zeros_like(want)
-    quadratic = Quadratic(dim, 1.0).compiled_problem()  # its gradients at θ = 0 are the inputs
-    assert njit(philox._girgis_chunk)(quadratic, np.zeros(dim), -inputs, 0, users, fused.state_words(stream(0, 2, users, 1)),
-                                *encoding[:8], encoding.flips, encoding.signs, work, got)
+    work = encoding.work(dim, users)
+    encode = njit(philox.jitable(type(encoding).encode))  # the encoding's twin function, as the kernels inline it
+    encode(encoding, work, inputs.ravel().copy(), column_norms(inputs), dim, users, fused.state_words(stream(0, 2, users, 1)))
     assert params.padded_dim > params.coded_dim or kind != "linf"
-    assert np.array_equal(got, want)
+    assert np.array_equal(work[3], want)
 
 
 def test_girgis_calls_the_kernel_does_not_twin_keep_the_python_path():
@@ -593,9 +589,10 @@ def test_a_new_pair_of_protocol_and_optimizer_stages_is_cached_only_once_it_has_
     plugin.write_text((Path(__file__).resolve().parent.parent / "experiments/plugins/momentum_sgd.py").read_text())
     job = _job(_tree(n_users=2_000, dim=3, block_size=256, name=f"{plugin}:MomentumSGD"))
     twin = job.problem.compiled_problem()
+    encoding = job.protocol.fused_encoding(job.protocol.planned(job.schedule.plan(0), job.problem.dim))
 
     def key():
-        return fused.stage_key("rounds_pvec", fused.kernel_functions(job.optimizer.compiled_update(), twin))
+        return fused.stage_key("rounds", fused.kernel_functions(encoding, job.optimizer.compiled_update(), twin))
 
     before = key()
     plugin.write_text(plugin.read_text() + "\n# an edit\n")

@@ -105,8 +105,8 @@ def kernels_cached(jobs: tuple = ()) -> bool:
     source = (Path(__file__).resolve().parent / "fused_kernel.py").stat().st_mtime
     if not any(index.stat().st_mtime > source for index in folder.rglob("fused_kernel.*.nbi")):
         return False
-    keys = {stage_key(_encoding(job, first).kernel,
-                      kernel_functions(optimizer.compiled_update(), gradient_problem(job.problem, group.smoothing).compiled_problem()))
+    keys = {stage_key("rounds", kernel_functions(_encoding(job, first), optimizer.compiled_update(),
+                                                 gradient_problem(job.problem, group.smoothing).compiled_problem()))
             for job in jobs if fusable(job) for first, group in zip(job.schedule.group_starts, job.schedule.groups)
             for optimizer in job.optimizer.steppers()}
     keys |= {draw_key(job.problem.unsmoothed.compiled_problem()) for job in jobs if fusable(job)}
@@ -114,8 +114,8 @@ def kernels_cached(jobs: tuple = ()) -> bool:
 
 
 def stage_key(kind: str, functions: tuple) -> str:
-    """A compiled kernel's identity: its protocol's kernel, the names of the functions it inlines
-    (an optimizer's stages, a problem's twin's gradients and losses) and of what they call
+    """A compiled kernel's identity: its kind, the names of the functions it inlines (a protocol's
+    fused encoding's, an optimizer's stages, a problem's twin's) and of what they call
     (twins.called_functions), and a hash of the files that define them (or, for a function shipped
     by value to a Ray node without its file, of its bytecode): fused_kernel's cache key of the
     kernel and the marker of its compilation."""
@@ -132,10 +132,21 @@ def stage_key(kind: str, functions: tuple) -> str:
     return digest.hexdigest()
 
 
-def kernel_functions(update: Any, twin: Any) -> tuple:
-    """What a round kernel inlines: the optimizer's three stages, the problem's twin's gradients and
-    losses, and the kernels' own sums (numerics.pairwise_sum, outside fused_kernel's file)."""
-    return update.query, update.step, update.release, *twin_functions(twin)
+def kernel_functions(encoding: Any, update: Any, twin: Any) -> tuple:
+    """What a round kernel inlines: the protocol's fused encoding's functions, the optimizer's three
+    stages, the problem's twin's gradients and losses, and the kernels' own sums
+    (numerics.pairwise_sum, outside fused_kernel's file)."""
+    return *encoding_functions(encoding), update.query, update.step, update.release, *twin_functions(twin)
+
+
+# The functions a protocol's fused encoding gives the kernels (fused_kernel.protocol_work, …);
+# `counts` only where its fully interactive rounds are compiled (fused_interactive).
+ENCODING_FUNCTIONS = ("work", "encode", "finish_block", "analyze", "counts")
+
+
+def encoding_functions(encoding: Any) -> tuple:
+    """A protocol's fused encoding's functions (ENCODING_FUNCTIONS that its class defines)."""
+    return tuple(getattr(type(encoding), name) for name in ENCODING_FUNCTIONS if hasattr(type(encoding), name))
 
 
 def draw_key(twin: Any) -> str:
@@ -218,7 +229,7 @@ class FusedRounds:
         self._twin = shard.job.problem.unsmoothed.compiled_problem()  # whose `draw` draws the users
         self._draw_key = draw_key(self._twin)
         self._draw = fused_kernel.draw_kernel(type(self._twin), int(self._draw_key[:15], 16))
-        self._kernels: dict[tuple, tuple] = {}  # (round kernel, its stage_key) by (kind, stages)
+        self._kernels: dict[tuple, tuple] = {}  # (round kernel, its stage_key) by the functions it inlines
         # Blocks drawn or being drawn: a round may straddle the last one and the next, and the
         # block after is drawn in a thread while the kernel (which releases the GIL) runs rounds.
         self._blocks: dict[int, Future] = {}
@@ -235,14 +246,15 @@ class FusedRounds:
         _mark_built(self._draw_key)
         return users
 
-    def _round_kernel(self, kind: str, update: Any, twin: Any) -> tuple[Any, str]:
-        """fused_kernel.round_kernel of a protocol's kernel, an optimizer's stages and a problem's
-        compiled twin, and its stage_key."""
-        functions = kernel_functions(update, twin)
-        if (kind, functions) not in self._kernels:
-            key = stage_key(kind, functions)
-            self._kernels[kind, functions] = self._kernel.round_kernel(kind, update, type(twin), int(key[:15], 16)), key
-        return self._kernels[kind, functions]
+    def _round_kernel(self, encoding: Any, update: Any, twin: Any) -> tuple[Any, str]:
+        """fused_kernel.round_kernel of a protocol's fused encoding, an optimizer's stages and a
+        problem's compiled twin, and its stage_key."""
+        functions = kernel_functions(encoding, update, twin)
+        if functions not in self._kernels:
+            key = stage_key("rounds", functions)
+            self._kernels[functions] = (self._kernel.round_kernel(type(encoding), update, type(twin), int(key[:15], 16)),
+                                        key)
+        return self._kernels[functions]
 
     def _problem(self, smoothing: float) -> Any:
         """The kernel's `problem` of a group that smooths with `smoothing`: its compiled twin
@@ -300,8 +312,8 @@ class FusedRounds:
             twin = self._problem(group.smoothing)
             step = (tuple(map(float, update.constants)), problem.unsmoothed.radius, twin, excess, population)
             encoding = job.protocol.fused_encoding(params)
-            kernel, key = self._round_kernel(encoding.kernel, update, twin)
-            done = kernel(*window, self._noise_counter, self._generator, *rounds, *encoding, *step)
+            kernel, key = self._round_kernel(encoding, update, twin)
+            done = kernel(*window, self._noise_counter, self._generator, *rounds, encoding, *step)
             _mark_built(key)
             running = type(running)(theta, *extra, int(steps[0]))
             state = job.optimizer.advanced(state, running, done)

@@ -1,18 +1,19 @@
 """The compiled body of the fused rounds (pipeline.engine.fused, fused_interactive): numpy's
 Philox4x64-10 generator, its uniforms, 32-bit and bounded integers, normals and binomial
-sampler, bit for bit; the users of the quadratic, Bernoulli and finite-support problems
-drawn from it; one window of sequential rounds with P_vec, a sum protocol or Girgis's
-randomizers, on the gradients and losses of a problem's compiled twin (Problem.compiled_problem:
-problem_gradients, problem_losses), stepped by an optimizer's stages (Optimizer.compiled_update),
-both written in their families' files, the built-ins' and a plug-in's alike (round_kernel); and one
-fully interactive round's P_vec or sum protocol over a shard's blocks (block_kernel), operation
-for operation as the Python path.
+sampler, bit for bit (the draws a family's twin makes, pipeline.draws); and the loops that
+compose the families' compiled twins, written in their own files, the built-ins' and a plug-in's
+alike: one window of sequential rounds (round_kernel) of a protocol's fused encoding (its
+randomizer and analyzer: Protocol.fused_encoding; protocol_encode, protocol_analyze, …) on the
+gradients and losses of a problem's twin (Problem.compiled_problem; problem_gradients,
+problem_losses), stepped by an optimizer's stages (Optimizer.compiled_update); one fully
+interactive round over a shard's blocks (block_kernel); a block's users (draw_kernel). It names
+no particular problem, protocol or optimizer: numba resolves each twin's functions from its type.
 
 Each step names the reference it reproduces. numba compiles at first use and caches the
 machine code next to this file (or under NUMBA_CACHE_DIR). Its cache is keyed by the file
 that defines a kernel, not by what it calls: the generator lives here too, so that an edit to
 it can never leave a cached kernel built from the old one, and a kernel that inlines functions
-of other files (the stages, the twin's, numerics' sums) holds a hash of those files in its key
+of other files (the stages, the twins', numerics' sums) holds a hash of those files in its key
 (round_kernel, block_kernel, fused.stage_key). This is the one module that imports numba.
 
 The generator's state is one uint64 array of STATE_WORDS words, as numpy's
@@ -248,7 +249,6 @@ def rekey(state, key, counter):
 
 
 _LOW_HALF = np.uint64(0xFFFFFFFF)
-TAPE_WORDS = 2048  # raw outputs a bulk draw holds at a time (fill_bounded's tape): small enough for the first cache
 
 
 @cached()
@@ -483,25 +483,32 @@ def normals(state, out, tape):
 # --- the rounds -------------------------------------------------------------------------
 
 
-def _by_twin(name: str):
-    """What the kernels call on a problem's compiled twin (pipeline.problems.base): its class's
-    function `name`, which numba resolves from the twin's type when it compiles a kernel."""
+def _by_type(name: str):
+    """What the kernels call on a family's compiled twin (a problem's, pipeline.problems.base; a
+    protocol's fused encoding, Protocol.fused_encoding): its class's function `name`, which numba
+    resolves from the twin's type when it compiles a kernel."""
 
-    def call(problem, *args):
-        return getattr(type(problem), name)(problem, *args)
+    def call(twin, *args):
+        return getattr(type(twin), name)(twin, *args)
 
     @overload(call)
-    def typed(problem, *args):
-        function = jitable(getattr(problem.instance_class, name))
-        return lambda problem, *args: function(problem, *args)
+    def typed(twin, *args):
+        function = jitable(getattr(twin.instance_class, name))
+        return lambda twin, *args: function(twin, *args)
 
-    call.__name__ = call.__qualname__ = f"problem_{name}"
+    call.__name__ = call.__qualname__ = f"twin_{name}"
     return call
 
 
-problem_gradients = _by_twin("gradients")  # (twin, query, data, column, users, out): the gradients into out
-problem_losses = _by_twin("losses")  # (twin, released, squares) → (excess, population)
-problem_draw = _by_twin("draw")  # (twin, state, out, tape): a block's users into out (d, users)
+problem_gradients = _by_type("gradients")  # (twin, query, data, column, users, out): the gradients into out
+problem_losses = _by_type("losses")  # (twin, released, squares) → (excess, population)
+problem_draw = _by_type("draw")  # (twin, state, out, tape): a block's users into out (d, users)
+# A protocol's fused encoding (Protocol.fused_encoding) is its twin the same way:
+protocol_work = _by_type("work")  # (encoding, dim, chunk) → its work arrays
+protocol_encode = _by_type("encode")  # (encoding, work, gradients, norms, dim, users, state): a chunk's reports
+protocol_finish_block = _by_type("finish_block")  # (encoding, work, users, state) → False if it cannot
+protocol_analyze = _by_type("analyze")  # (encoding, work, batch, state, estimate) → the round's sum; False if it cannot
+protocol_counts = _by_type("counts")  # (encoding, work) → a block's accumulator (fully interactive rounds)
 
 
 # The draws a twin may make (pipeline.draws), compiled into their implementations here.
@@ -509,6 +516,10 @@ overload(draws.normals)(lambda state, out, tape: lambda state, out, tape: normal
 overload(draws.raw_outputs)(lambda state, out, count: lambda state, out, count: fill_raw(state, out, count))
 overload(draws.unit)(lambda raw: lambda raw: unit(raw))
 overload(draws.integers)(lambda state, bound: lambda state, bound: bounded(state, bound))
+overload(draws.uniform)(lambda state: lambda state: next_double(state))
+overload(draws.standard_normals)(lambda state, out, count: lambda state, out, count: standard_normals(state, out, count))
+overload(draws.binomial)(lambda state, trials, probability: lambda state, trials, probability: binomial(state, trials,
+                                                                                                   probability))
 overload(draws.fill_integers)(lambda state, bound, out, tape: lambda state, bound, out, tape: fill_bounded(state, bound,
                                                                                                            out, tape))
 
@@ -536,287 +547,6 @@ def _gradients(problem, query, data, column, users, out, norms):
     return True
 
 
-@cached()
-def _scaled(gradient, factor, scale_bound, top):
-    """One user-coordinate's 256·s: its gradient clipped and scaled, shifted, clamped to [0, top]
-    (cjmp._shift_and_scale's multiply, add and clip, rounded as numpy rounds them)."""
-    return min(max(gradient * factor + scale_bound, 0.0), top)
-
-
-_LOW_BYTE = np.uint64(0xFF)
-_HIGH_BITS = np.uint64(0x8080808080808080)
-
-
-@cached()
-def _note_ties(lows, size, ties):
-    """The indices below `size` whose byte in `lows` (uint64 words read as little-endian bytes)
-    is 255, in order, into `ties`; returns how many. Eight bytes a test: a word holds a 255
-    exactly when its complement holds a zero byte, (v − 0x01…01) & ~v & 0x80…80 ≠ 0."""
-    count = 0
-    for word in range(lows.size):
-        complement = ~lows[word]
-        if (complement - _ONES_BYTES) & ~complement & _HIGH_BITS:
-            for byte in range(8):
-                index = 8 * word + byte
-                if index < size and (lows[word] >> np.uint64(8 * byte)) & _LOW_BYTE == _LOW_BYTE:
-                    ties[count] = index
-                    count += 1
-    return count
-
-
-@register_jitable
-def _rounded_chunk(problem, query, data, column, users, state, scale_bound, bound, top, gradients, factors, raws, lows, ties,
-                   rounded):
-    """cjmp._rounded_sum of one chunk of users (data columns [column, column + users)), added
-    to `rounded`; False if a gradient is not finite.
-
-    The gradients and norms (_gradients) and the clip-and-scale factors (g/Δ·256)·Δ₂/max(‖g‖, Δ₂)
-    of cjmp._shift_and_scale; the fixed point T + U with one random byte U per coordinate, bytes
-    in (coordinate, user) order from ⌈size/8⌉ raw outputs (fill_raw, read as little-endian bytes
-    as numpy's `view(np.uint8)`); the low bytes of T + U kept to find the ties after the loop
-    (noting them inside it kept the loop from being vectorized: twice as slow); then one
-    uniform per tie, in order.
-    """
-    dim = query.size
-    if not _gradients(problem, query, data, column, users, gradients, factors):
-        return False
-    for user in range(users):
-        factors[user] = scale_bound / max(factors[user], bound)
-    size = dim * users
-    words = (size + 7) // 8
-    fill_raw(state, raws, words)
-    random_bytes, low_bytes = raws.view(np.uint8), lows.view(np.uint8)
-    for coordinate in range(dim):
-        first = coordinate * users
-        row = gradients[first: first + users]
-        row_bytes, row_lows = random_bytes[first: first + users], low_bytes[first: first + users]
-        whole = 0
-        for user in range(users):
-            fixed = np.uint32(_scaled(row[user], factors[user], scale_bound, top)) + np.uint32(row_bytes[user])
-            row_lows[user] = np.uint8(fixed & 0xFF)
-            whole += np.int64(fixed >> 8)
-        rounded[coordinate] += whole
-    for tie in range(_note_ties(lows[:words], size, ties)):
-        value = _scaled(gradients[ties[tie]], factors[ties[tie] % users], scale_bound, top)
-        if next_double(state) >= 1.0 - (value - np.floor(value)):
-            rounded[ties[tie] // users] += 1
-    return True
-
-
-@cached()
-def _column_norms(values, dim, users, norms):
-    """numerics.column_norms of a (d, users) array in (coordinate, user) order: each column's
-    squares added coordinate by coordinate."""
-    for user in range(users):
-        total = 0.0
-        for coordinate in range(dim):
-            total += values[coordinate * users + user] * values[coordinate * users + user]
-        norms[user] = np.sqrt(total)
-
-
-@cached()
-def _duchi_reports(inputs, dim, users, state, radius, agreement, report_norm, norms, work):
-    """sums.duchi_reports of a chunk's clipped inputs, in place: per user a sign, one uniform
-    each; the sphere's normals in (coordinate, user) order, each column normalized; one
-    uniform each for the half-space; the report B·(±sphere). `work`: (signs, sphere's norms,
-    sphere), of a chunk's sizes."""
-    signs, sphere_norms, sphere = work
-    _column_norms(inputs, dim, users, norms)
-    for user in range(users):
-        signs[user] = 1.0 if next_double(state) < 0.5 + norms[user] / (2.0 * radius) else -1.0
-    standard_normals(state, sphere, dim * users)
-    _column_norms(sphere, dim, users, sphere_norms)
-    for user in range(users):
-        for coordinate in range(dim):
-            sphere[coordinate * users + user] /= sphere_norms[user]
-    for user in range(users):
-        agree = next_double(state) < agreement
-        side = 0.0  # column_dots(sphere, pole), the pole the input's direction times its sign
-        for coordinate in range(dim):
-            if norms[user] > 0:
-                direction = inputs[coordinate * users + user] / max(norms[user], 1e-300)
-            else:  # a zero input's direction: the first axis
-                direction = 1.0 if coordinate == 0 else 0.0
-            side += sphere[coordinate * users + user] * (direction * signs[user])
-        flip = (side >= 0) != agree
-        for coordinate in range(dim):
-            value = sphere[coordinate * users + user]
-            inputs[coordinate * users + user] = report_norm * (-value if flip else value)
-
-
-@register_jitable
-def _summed_chunk(problem, query, data, column, users, state, norm_bound, user_noise, user_sigma, local_reports, agreement,
-                  report_norm, inputs, norms, local_work, total):
-    """sums._reports of one chunk of users (data columns [column, column + users)), summed per
-    coordinate as `.sum(axis=1)` sums a (d, users) row (numpy's pairwise sum) and added to
-    `total`; False if a gradient is not finite.
-
-    The gradients (_gradients); clip_l2's factor min(1, C/max(‖g‖, 1e-300)); with user noise
-    (shuffle_gaussian) x + σz, the normals drawn in (coordinate, user) order; with local
-    reports (local_l2) Duchi et al.'s randomizer (_duchi_reports).
-    """
-    dim = query.size
-    if not _gradients(problem, query, data, column, users, inputs, norms):
-        return False
-    for user in range(users):  # the norms become the clip factors (_duchi_reports recomputes the norms)
-        norms[user] = min(1.0, norm_bound / max(norms[user], 1e-300))
-    for coordinate in range(dim):
-        row = inputs[coordinate * users: (coordinate + 1) * users]
-        for user in range(users):
-            row[user] *= norms[user]
-    if user_noise:
-        noise = local_work[2]
-        standard_normals(state, noise, dim * users)
-        for index in range(dim * users):
-            inputs[index] = inputs[index] + user_sigma * noise[index]
-    if local_reports:
-        _duchi_reports(inputs, dim, users, state, norm_bound, agreement, report_norm, norms, local_work)
-    for coordinate in range(dim):
-        total[coordinate] += pairwise_sum(inputs, coordinate * users, users)
-    return True
-
-
-@cached()
-def _hadamard(values, spare, size, columns):
-    """girgis._fwht along the first axis of values (size × columns, row-major), in place: the
-    butterflies of each stage written to `spare` and back (the same sums and differences in
-    the same order as the numpy stages); returns the array holding the result."""
-    half = 1
-    while half < size:
-        for start in range(0, size, 2 * half):
-            for row in range(start, start + half):
-                for column in range(columns):
-                    upper, lower = values[row * columns + column], values[(row + half) * columns + column]
-                    spare[row * columns + column] = upper + lower
-                    spare[(row + half) * columns + column] = upper - lower
-        values, spare = spare, values
-        half *= 2
-    return values
-
-
-# Girgis's randomizers the compiled rounds twin (multi_message.FUSED_KINDS: their index).
-_LINF, _L2, _L1 = 0, 1, 2
-
-
-@cached()
-def _girgis_cube(inputs, norms, users, kind, coded, ball, clip_radius, signs, units, spare):
-    """girgis._unit_cube of a chunk's gradients for linf or l2: the projection into the ball
-    (linf: each coordinate clipped to ±r; l2: scaled by r/max(‖g‖, r), padded, signed by D,
-    rotated by H/√d_pad, clipped to ±r∞), then z = (w + r)/(2r); returns the array holding z."""
-    dim = inputs.size // users
-    if kind == _LINF:
-        for index in range(dim * users):
-            units[index] = (min(max(inputs[index], -ball), ball) + ball) / (2.0 * ball)
-        return units
-    units[: coded * users] = 0.0
-    for user in range(users):
-        factor = ball / max(norms[user], ball)
-        for coordinate in range(dim):
-            units[coordinate * users + user] = inputs[coordinate * users + user] * factor * signs[coordinate]
-    cube, root = _hadamard(units, spare, coded, users), np.sqrt(coded)
-    for index in range(coded * users):
-        cube[index] = (min(max(cube[index] / root, -clip_radius), clip_radius) + clip_radius) / (2.0 * clip_radius)
-    return cube
-
-
-@cached()
-def _girgis_l1(inputs, users, state, coded, ball, hadamard, units, spare, indices, hist):
-    """girgis._encode_l1 of a chunk's gradients: each scaled into the ℓ1 ball of radius r (its
-    |coordinates| summed in order, numerics.column_sums), padded and transformed by H; one
-    index j below d_pad per user (`bounded`), then one uniform per user for σ = +1 with
-    probability ½ + ½·clip((Hx)_j/r, ±1)/c."""
-    dim = inputs.size // users
-    units[: coded * users] = 0.0
-    for user in range(users):
-        total = 0.0
-        for coordinate in range(dim):
-            total += abs(inputs[coordinate * users + user])
-        factor = ball / max(total, ball)
-        for coordinate in range(dim):
-            units[coordinate * users + user] = inputs[coordinate * users + user] * factor
-    coefficients = _hadamard(units, spare, coded, users)
-    for user in range(users):
-        indices[user] = bounded(state, coded)
-    for user in range(users):
-        picked = indices[user]
-        t = min(max(coefficients[picked * users + user] / ball, -1.0), 1.0)
-        hist[0, picked, 0] += 1
-        if next_double(state) < 0.5 + 0.5 * t / hadamard:
-            hist[0, picked, 1] += 1
-
-
-@register_jitable
-def _girgis_chunk(problem, query, data, column, users, state, kind, coded, width, levels, messages, ball, clip_radius,
-                  hadamard, flips, signs, work, hist):
-    """girgis.encode_block of one chunk of users (data columns [column, column + users)) for
-    linf, l2 or l1 (`kind`), into `hist` (levels × s·a × 2); False if a gradient is not finite.
-
-    The gradients and their norms (_gradients); l1: _girgis_l1. linf, l2: the unit cube
-    (_girgis_cube); then per level the (s, users) indices (fill_bounded, one block of width a per
-    message), the (s, users) uniforms, and each message's bit (a plane of F or the rounding
-    plane, through 2RR) counted at its index.
-    """
-    inputs, norms, units, spare, indices = work
-    if not _gradients(problem, query, data, column, users, inputs, norms[:users]):
-        return False
-    if kind == _L1:
-        _girgis_l1(inputs[: query.size * users], users, state, coded, ball, hadamard, units, spare, indices, hist)
-        return True
-    cube = _girgis_cube(inputs[: query.size * users], norms, users, kind, coded, ball, clip_radius, signs, units,
-                        spare)
-    scale = 2.0 ** (levels - 1)
-    drawn = indices[:messages * users]
-    tape = np.empty(max(1, min(TAPE_WORDS, (drawn.size + 1) // 2)), np.uint64)
-    for level in range(levels):
-        fill_bounded(state, width, drawn, tape)
-        for index in range(messages * users):
-            indices[index] += (index // users) * width
-        for index in range(messages * users):
-            picked = indices[index]
-            value = cube[picked * users + index % users] if picked < coded else 0.0  # zero padding
-            scaled = value * scale
-            floor = min(max(np.floor(scaled), 0.0), scale - 1.0)  # girgis._bit_planes
-            uniform, p = next_double(state), flips[level]
-            if level < levels - 1:
-                sent = ((np.int64(floor) >> (levels - 2 - level)) & 1 == 1) != (uniform < p)
-            else:
-                sent = uniform < p + (1.0 - 2.0 * p) * min(max(scaled - floor, 0.0), 1.0)
-            hist[level, picked, 0] += 1
-            if sent:
-                hist[level, picked, 1] += 1
-    return True
-
-
-@cached()
-def _girgis_estimate(hist, users, kind, dim, coded, width, levels, ball, clip_radius, hadamard, flips, weights, signs,
-                     sums, spare, estimate):
-    """girgis.decode of a round's histograms into `estimate`. l1: r·c·H(2·ones − counts).
-    linf, l2: per level the debiased counts weight_k·a/(1 − 2p_k)·(ones − p_k·counts) summed
-    into ẑ, then 2r∞·ẑ − r∞·n, and for l2 Uᵀ = D·H/√d_pad of it; the first d coordinates."""
-    padded = hist.shape[1]
-    if kind == _L1:
-        for index in range(coded):
-            sums[index] = 2.0 * np.float64(hist[0, index, 1]) - np.float64(hist[0, index, 0])
-        back = _hadamard(sums[:coded], spare[:coded], coded, 1)
-        for coordinate in range(dim):
-            estimate[coordinate] = (ball * hadamard) * back[coordinate]
-        return
-    sums[:padded] = 0.0
-    for level in range(levels):
-        p = flips[level]
-        coefficient = weights[level] * width / (1.0 - 2.0 * p)
-        for index in range(padded):
-            sums[index] += coefficient * (np.float64(hist[level, index, 1]) - p * np.float64(hist[level, index, 0]))
-    for index in range(coded):
-        sums[index] = 2.0 * clip_radius * sums[index] - clip_radius * users
-    if kind == _L2:
-        back, root = _hadamard(sums[:coded], spare[:coded], coded, 1), np.sqrt(coded)
-        for coordinate in range(dim):
-            estimate[coordinate] = back[coordinate] / root * signs[coordinate]
-    else:
-        estimate[:] = sums[:dim]
-
-
 @register_jitable
 def _project(step, radius, squares):
     """π onto the problem's ball, in place (problems.base.ball_projection; for every problem with a
@@ -842,30 +572,46 @@ def _segment(user, stop_user, block_size, round_index, key, counter, state):
     return min(stop_user, (block + 1) * block_size)
 
 
-def _round_loop(segment, analyzer, query_stage, step_stage, release_stage):
-    """A window of sequential rounds (Shard.python_rounds) whose protocol encodes each block's
-    part of a round with `segment` and turns the round's encoding into the estimated sum with
-    `analyzer`, and whose optimizer's round is its three stages (Optimizer.compiled_update).
+@register_jitable
+def _encode_block(encoding, work, problem, query, data, first, stop, chunk, state, gradients, norms):
+    """A block's part of a round (data columns [first, stop)) encoded, chunk by chunk: the
+    problem's gradients and their norms (_gradients), then the protocol's `encode`; then its
+    `finish_block`. False on a non-finite gradient or if the protocol cannot finish (a
+    fixed-point overflow): the Python round then says which."""
+    dim = query.size
+    for low in range(first, stop, chunk):
+        users = min(chunk, stop - low)
+        if not _gradients(problem, query, data, low, users, gradients, norms):
+            return False
+        protocol_encode(encoding, work, gradients, norms, dim, users, state)
+    return protocol_finish_block(encoding, work, stop - first, state)
+
+
+def _round_loop(query_stage, step_stage, release_stage):
+    """A window of sequential rounds (Shard.python_rounds) whose protocol is its fused encoding's
+    functions (Protocol.fused_encoding: work, encode, finish_block, analyze), whose problem is
+    its compiled twin (problem_gradients, problem_losses) and whose optimizer's round is its three
+    stages (Optimizer.compiled_update).
 
     Per round: the query (query_stage); each block's part of the batch encoded from the stream
-    (ROUND_STREAM, round, block) (`counter`: that stream's first counter, any round and block):
-    segment(encoding, work, problem, query, data, first, stop, chunk, state) for data columns
-    [first, stop), chunk by chunk, the gradients its twin's (_gradients), False on a
-    non-finite value; analyzer(encoding, work, round, batch, key, noise_counter, state,
-    estimate), which also clears the round's encoding, False if it cannot; the mean ḡ =
-    estimate/batch (False if not finite), step_stage, the projection (_project), release_stage
-    (in place on the optimizer's state (θ, extra, t); False if not finite); the released
-    model's losses (problem_losses) into excess and population. It returns how many rounds ran:
-    `count`, or the first round that failed (the Python round then says why).
+    (ROUND_STREAM, round, block) (`counter`: that stream's first counter, any round and block)
+    by _encode_block, False on a non-finite value; the analyzer's estimate of the sum from the
+    stream (NOISE_STREAM, round) (`noise_counter`: its first counter, any round; a curator's noise
+    draws there), which also clears the round's encoding, False if it cannot; the mean
+    ḡ = estimate/batch (False if not finite), step_stage, the projection (_project),
+    release_stage (in place on the optimizer's state (θ, extra, t); False if not finite); the
+    released model's losses (problem_losses) into excess and population. It returns how many
+    rounds ran: `count`, or the first round that failed (the Python round then says why).
 
-    A factory of register_jitable functions (as _ziggurat), called from a cached kernel
-    (round_kernel): numba cannot take functions as arguments of a cached kernel.
+    A factory (as _ziggurat): numba cannot take functions as arguments of a cached kernel.
     """
 
-    @register_jitable
+    @njit(nogil=True)  # nogil: the next block's users are drawn meanwhile (fused.FusedRounds)
     def rounds(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count, first_user,
-               batch, block_size, chunk, encoding, work, constants, radius, problem, excess, population):
+               batch, block_size, chunk, encoding, constants, radius, problem, excess, population):
         dim = theta.size
+        work = protocol_work(encoding, dim, chunk)
+        gradients, norms = np.empty(dim * chunk), np.empty(chunk)
         query, estimate, mean = np.empty(dim), np.empty(dim), np.empty(dim)
         step, released = np.empty(dim), np.empty(dim)
         squares = np.empty(dim)  # what pairwise_sum adds: numpy squares a vector first, then sums it
@@ -876,11 +622,13 @@ def _round_loop(segment, analyzer, query_stage, step_stage, release_stage):
             stop_user = user + batch
             while user < stop_user:
                 segment_stop = _segment(user, stop_user, block_size, round_index, key, counter, state)
-                if not segment(encoding, work, problem, query, data, user - data_first, segment_stop - data_first, chunk,
-                               state):
+                if not _encode_block(encoding, work, problem, query, data, user - data_first, segment_stop - data_first,
+                                     chunk, state, gradients, norms):
                     return done
                 user = segment_stop
-            if not analyzer(encoding, work, round_index, batch, key, noise_counter, state, estimate):
+            noise_counter[0], noise_counter[2] = 0, round_index
+            rekey(state, key, noise_counter)
+            if not protocol_analyze(encoding, work, batch, state, estimate):
                 return done
             for coordinate in range(dim):
                 if not np.isfinite(estimate[coordinate]):
@@ -896,232 +644,46 @@ def _round_loop(segment, analyzer, query_stage, step_stage, release_stage):
     return rounds
 
 
-@register_jitable
-def _pvec_segment(encoding, work, problem, query, data, first, stop, chunk, state):
-    """cjmp.encode_block of a block's users: the chunks' rounded sums (_rounded_chunk), then
-    one Binomial(users·b_noise, p) per coordinate, added to the round's ones."""
-    scale_bound, bound, top, b_noise, p = encoding[:5]
-    gradients, factors, raws, lows, ties, ones = work
-    for low in range(first, stop, chunk):
-        if not _rounded_chunk(problem, query, data, low, min(chunk, stop - low), state, scale_bound, bound, top, gradients,
-                              factors, raws, lows, ties, ones):
-            return False
-    for coordinate in range(query.size):
-        ones[coordinate] += binomial(state, (stop - first) * b_noise, p)
-    return True
+# --- the kernels, built per (protocol, optimizer, problem) and cached by what they inline ----------
+
+_BUILT: dict = {}  # (encoding, stages, problem's twin) → its compiled rounds, for this process
 
 
-@register_jitable
-def _pvec_analyzer(encoding, work, round_index, batch, key, noise_counter, state, estimate):
-    """cjmp.finish and decode: (Δ/g)·(ones − n·b_noise·p) − n·Δ₂, the mean split exactly."""
-    whole, fraction, decode_scale, shift = encoding[5:]
-    ones = work[5]
-    for coordinate in range(estimate.size):
-        estimate[coordinate] = decode_scale * (np.float64(ones[coordinate] - whole) - fraction) - shift
-    ones[:] = 0
-    return True
-
-
-@register_jitable
-def _pvec_work(dim, chunk):
-    """_pvec_segment's work: the gradients, clip factors, raw outputs, low bytes and ties of a
-    chunk, and the ones."""
-    words = -(-dim * chunk // 8)
-    return (np.empty(dim * chunk), np.empty(chunk), np.empty(words, np.uint64), np.empty(words, np.uint64),
-            np.empty(dim * chunk, np.int64), np.zeros(dim, np.int64))
-
-
-def _pvec_kernel(rounds):
-    """The kernel of `rounds` (_round_loop) with P_vec (round_kernel)."""
-
-    @njit(nogil=True)  # nogil: the next block's users are drawn meanwhile (fused.FusedRounds)
-    def rounds_pvec(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count,
-                    first_user, batch, block_size, chunk, scale_bound, bound, top, b_noise, p, whole, fraction,
-                    decode_scale, shift, constants, radius, problem, excess, population):
-        """Rounds [start, start + count) with P_vec (cjmp_vec), as _round_loop runs them
-        (`noise_counter` is unused: P_vec has no curator's noise).
-
-        Returns:
-          How many rounds ran: `count`, or the first round with a non-finite value.
-        """
-        work = _pvec_work(theta.size, chunk)
-        return rounds(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count,
-                      first_user, batch, block_size, chunk,
-                      (scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift), work, constants,
-                      radius, problem, excess, population)
-
-    return rounds_pvec
-
-
-@register_jitable
-def _sum_segment(encoding, work, problem, query, data, first, stop, chunk, state):
-    """sums.SumProtocol.encode_block of a block's users: the chunks' clipped reports
-    (_summed_chunk) summed in floats, then rounded to fixed point, rint(total/quantum), added
-    to the round's units; False on a non-finite value or at 2⁶² units (encode_block's
-    OverflowError)."""
-    norm_bound, quantum, user_noise, central_noise, sigma, local_reports, agreement, report_norm = encoding
-    inputs, norms, local_work, total, units, central = work
-    total[:] = 0.0
-    for low in range(first, stop, chunk):
-        if not _summed_chunk(problem, query, data, low, min(chunk, stop - low), state, norm_bound, user_noise, sigma,
-                             local_reports, agreement, report_norm, inputs, norms, local_work, total):
-            return False
-    for coordinate in range(query.size):
-        rounded = np.rint(total[coordinate] / quantum)
-        if not abs(rounded) < 2.0**62:  # or a NaN
-            return False
-        units[coordinate] += np.int64(rounded)
-    return True
-
-
-@register_jitable
-def _sum_analyzer(encoding, work, round_index, batch, key, noise_counter, state, estimate):
-    """The analyzer's total units·quantum, plus σz from the stream (NOISE_STREAM, round) with
-    `central_noise` (`noise_counter`: its first counter, any round)."""
-    quantum, central_noise, sigma = encoding[1], encoding[3], encoding[4]
-    units, central = work[4], work[5]
-    for coordinate in range(estimate.size):
-        estimate[coordinate] = np.float64(units[coordinate]) * quantum
-    units[:] = 0
-    if central_noise:
-        noise_counter[0], noise_counter[2] = 0, round_index
-        rekey(state, key, noise_counter)
-        standard_normals(state, central, estimate.size)
-        for coordinate in range(estimate.size):
-            estimate[coordinate] = estimate[coordinate] + sigma * central[coordinate]
-    return True
-
-
-@register_jitable
-def _sum_work(dim, chunk, user_noise, local_reports):
-    """_sum_segment's work: a chunk's inputs and norms, _duchi_reports' (signs, sphere's norms,
-    sphere, whose sphere holds shuffle_gaussian's noise too), the block's total, the units and
-    the curator's noise."""
-    local_work = (np.empty(chunk), np.empty(chunk), np.empty(dim * chunk if local_reports or user_noise else 0))
-    return np.empty(dim * chunk), np.empty(chunk), local_work, np.empty(dim), np.zeros(dim, np.int64), np.empty(dim)
-
-
-def _sum_kernel(rounds):
-    """The kernel of `rounds` (_round_loop) with a sum protocol (round_kernel)."""
-
-    @njit(nogil=True)
-    def rounds_sum(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count, first_user,
-                   batch, block_size, chunk, norm_bound, quantum, user_noise, central_noise, sigma, local_reports,
-                   agreement, report_norm, constants, radius, problem, excess, population):
-        """Rounds [start, start + count) with a sum protocol (sums.SumProtocol: `none`,
-        `central_gaussian`, `shuffle_gaussian`, `local_l2`), as _round_loop runs them: per block
-        the chunks' reports (σ = `sigma` per user with `user_noise`, Duchi et al.'s reports with
-        `local_reports`) in fixed point, blocks added exactly, and the curator's noise.
-
-        Returns:
-          How many rounds ran: `count`, or the first round with a non-finite value or a fixed-point overflow.
-        """
-        work = _sum_work(theta.size, chunk, user_noise, local_reports)
-        return rounds(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count,
-                      first_user, batch, block_size, chunk,
-                      (norm_bound, quantum, user_noise, central_noise, sigma, local_reports, agreement, report_norm),
-                      work, constants, radius, problem, excess, population)
-
-    return rounds_sum
-
-
-@register_jitable
-def _girgis_segment(encoding, work, problem, query, data, first, stop, chunk, state):
-    """girgis.encode_block of a block's users, chunk by chunk (_girgis_chunk), into the round's histograms."""
-    kind, coded, width, levels, messages, ball, clip_radius, hadamard, flips, weights, signs = encoding
-    chunk_work, hist = work[:5], work[5]
-    for low in range(first, stop, chunk):
-        if not _girgis_chunk(problem, query, data, low, min(chunk, stop - low), state, kind, coded, width, levels, messages,
-                             ball, clip_radius, hadamard, flips, signs, chunk_work, hist):
-            return False
-    return True
-
-
-@register_jitable
-def _girgis_analyzer(encoding, work, round_index, batch, key, noise_counter, state, estimate):
-    """girgis.decode of the round's histograms (_girgis_estimate): n is their users, the batch."""
-    kind, coded, width, levels, messages, ball, clip_radius, hadamard, flips, weights, signs = encoding
-    hist, sums, spare = work[5], work[6], work[7]
-    _girgis_estimate(hist, batch, kind, estimate.size, coded, width, levels, ball, clip_radius, hadamard, flips,
-                     weights, signs, sums, spare, estimate)
-    hist[:] = 0
-    return True
-
-
-def _girgis_kernel(rounds):
-    """The kernel of `rounds` (_round_loop) with Girgis's randomizers (round_kernel)."""
-
-    @njit(nogil=True)
-    def rounds_girgis(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count,
-                      first_user, batch, block_size, chunk, kind, coded, width, levels, messages, ball, clip_radius,
-                      hadamard, flips, weights, signs, constants, radius, problem, excess, population):
-        """Rounds [start, start + count) with Girgis's linf, l2 or l1 randomizer (multi_message's
-        girgis_linf, girgis_l2, girgis_l1: `kind`), as _round_loop runs them (`noise_counter` is
-        unused): per block the chunks' messages counted in the round's histograms (_girgis_chunk),
-        then the analyzer (_girgis_estimate).
-
-        Returns:
-          How many rounds ran: `count`, or the first round with a non-finite value.
-        """
-        dim = theta.size
-        rows, padded = max(coded, dim), coded if kind == _L1 else messages * width  # girgis.statistic_shape
-        work = (np.empty(dim * chunk), np.empty(chunk), np.empty(rows * chunk), np.empty(rows * chunk),
-                np.empty(max(messages, 1) * chunk, np.int64), np.zeros((levels, padded, 2), np.int64),
-                np.empty(max(padded, coded)), np.empty(max(padded, coded)))
-        return rounds(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count,
-                      first_user, batch, block_size, chunk,
-                      (kind, coded, width, levels, messages, ball, clip_radius, hadamard, flips, weights, signs),
-                      work, constants, radius, problem, excess, population)
-
-    return rounds_girgis
-
-
-# --- the rounds of a protocol's kernel with an optimizer's stages ----------------------------
-
-# A protocol's kernel (its fused_encoding's `kernel`) → its segment, analyzer and cached entry.
-_KERNELS = {"rounds_pvec": (_pvec_segment, _pvec_analyzer, _pvec_kernel),
-            "rounds_sum": (_sum_segment, _sum_analyzer, _sum_kernel),
-            "rounds_girgis": (_girgis_segment, _girgis_analyzer, _girgis_kernel)}
-_BUILT: dict = {}  # (kernel, stages, problem's twin) → its compiled rounds, for this process
-
-
-def round_kernel(kind: str, update, twin: type, tag: int):
-    """The compiled rounds of a protocol's kernel with an optimizer's stages (CompiledUpdate) on a
-    problem's compiled twin: built once per process, cached on disk by numba (_KeyedCache), keyed
-    by this file, the kernel, the stages' and the twin's names, and `tag`.
+def round_kernel(encoding: type, update, twin: type, tag: int):
+    """The compiled rounds of a protocol's fused encoding, an optimizer's stages (CompiledUpdate)
+    and a problem's compiled twin: built once per process, cached on disk by numba (_KeyedCache),
+    keyed by this file, the names of the encoding, the stages and the twin, and `tag`.
 
     Args:
-      kind: the protocol's kernel, its fused_encoding's `kernel` ("rounds_pvec", "rounds_sum",
-        "rounds_girgis").
+      encoding: the class of the protocol's fused encoding (Protocol.fused_encoding), whose
+        functions the kernel inlines.
       update: the optimizer's CompiledUpdate.
       twin: the class of the problem's compiled twin (pipeline.problems.base), whose `gradients`
         and `losses` the kernel inlines.
-      tag: a hash of the sources of the stages, the twin's functions and what they call below 2⁶⁰
+      tag: a hash of the sources of all these functions and what they call below 2⁶⁰
         (fused.stage_key): numba keys a cached kernel by the file that defines it, not by what it
         calls, so an edit to those files must change the key to compile it again.
 
     Returns:
-      A compiled function of (θ, extra, steps, …, the protocol's constants, update.constants,
-      radius, problem, excess, population) → rounds run.
+      A compiled function of (θ, extra, steps, …, the encoding, update.constants, radius, the twin,
+      excess, population) → rounds run.
     """
     stages = (update.query, update.step, update.release)
-    key = (kind, *stages, twin, tag)
+    key = (encoding, *stages, twin, tag)
     if key not in _BUILT:
         for stage in stages:
             jitable(stage)
-        segment, analyzer, entry = _KERNELS[kind]
-        kernel = entry(_round_loop(segment, analyzer, *stages))
-        _BUILT[key] = _keyed(kernel, kind, (*stages, twin), tag)
+        _BUILT[key] = _keyed(_round_loop(*stages), "rounds", (encoding, *stages, twin), tag)
     return _BUILT[key]
 
 
-def block_kernel(kind: str, twin: type, tag: int):
-    """A fully interactive round's kernel over a shard's blocks (_block_loop) for a protocol's
-    kernel ("rounds_pvec" → blocks_pvec, "rounds_sum" → blocks_sum) on a problem's compiled twin,
-    built and cached as round_kernel's (`tag`: fused.stage_key of the twin's functions)."""
-    key = (kind, twin, tag)
+def block_kernel(encoding: type, twin: type, tag: int):
+    """A fully interactive round's kernel over a shard's blocks (_blocks) for a protocol's fused
+    encoding and a problem's compiled twin, built and cached as round_kernel's (`tag`:
+    fused.stage_key of their functions)."""
+    key = ("blocks", encoding, twin, tag)
     if key not in _BUILT:
-        _BUILT[key] = _keyed(_BLOCK_KERNELS[kind](), kind, (twin,), tag)
+        _BUILT[key] = _keyed(_blocks(), "blocks", (encoding, twin), tag)
     return _BUILT[key]
 
 
@@ -1185,62 +747,29 @@ class _KeyedCache(_LockedCache):
         return sig, codegen.magic_tuple(), (hashlib.sha256(self._py_func.__code__.co_code).hexdigest(), self._identity)
 
 
-def _block_loop(segment):
-    """One fully interactive round over a shard's blocks (Shard.partial_counts): block k's users
-    are data columns [starts[k], stops[k]), encoded by the protocol's `segment` (as in
-    _round_loop) from the stream (ROUND_STREAM, round, blocks[k]) (`counter`: that stream's
-    first counter, any round and block) into `accumulator`, which counts[k] then takes. The
-    loop returns False if a segment fails (a non-finite gradient, a fixed-point overflow)."""
+def _blocks():
+    """A new kernel of one fully interactive round over a shard's blocks (Shard.partial_counts):
+    block k's users are data columns [starts[k], stops[k]), encoded (_encode_block) from the
+    stream (ROUND_STREAM, round, blocks[k]) (`counter`: that stream's first counter, any round and
+    block); counts[k] = the block's accumulator (the encoding's `counts`: P_vec's ones, a sum's
+    units), then cleared. False if a block fails (a non-finite gradient, a fixed-point overflow).
+    The analyzer runs after the merge, in Python."""
 
-    @register_jitable
-    def blocks_of(problem, query, data, starts, stops, blocks, round_index, key, counter, state, chunk, encoding, work,
-                  accumulator, counts):
+    @njit(nogil=True)
+    def blocks_of(problem, query, data, starts, stops, blocks, round_index, key, counter, state, chunk, encoding,
+                  counts):
+        dim = query.size
+        work = protocol_work(encoding, dim, chunk)
+        gradients, norms = np.empty(dim * chunk), np.empty(chunk)
+        accumulator = protocol_counts(encoding, work)
         for index in range(blocks.size):
             counter[0], counter[2], counter[3] = 0, round_index, blocks[index]
             rekey(state, key, counter)
-            if not segment(encoding, work, problem, query, data, starts[index], stops[index], chunk, state):
+            if not _encode_block(encoding, work, problem, query, data, starts[index], stops[index], chunk, state,
+                                 gradients, norms):
                 return False
             counts[index] = accumulator
             accumulator[:] = 0
         return True
 
     return blocks_of
-
-
-def _blocks_pvec():
-    """A new blocks_pvec kernel (block_kernel): the protocol's constants are P_vec's (cjmp_vec)."""
-    blocks = _block_loop(_pvec_segment)
-
-    @njit(nogil=True)
-    def blocks_pvec(problem, query, data, starts, stops, blocks_held, round_index, key, counter, state, chunk,
-                    scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift, counts):
-        """A fully interactive round's P_vec over a shard's blocks (_block_loop, cjmp.encode_block):
-        counts[k] = block k's ones, its users' rounded sums plus one Binomial(users·b_noise, p)
-        draw per coordinate (the caller checks that the trials fit one draw). The analyzer's
-        constants are unused."""
-        work = _pvec_work(query.size, chunk)
-        return blocks(problem, query, data, starts, stops, blocks_held, round_index, key, counter, state, chunk,
-                      (scale_bound, bound, top, b_noise, p, whole, fraction, decode_scale, shift), work, work[5], counts)
-
-    return blocks_pvec
-
-
-def _blocks_sum():
-    """A new blocks_sum kernel (block_kernel): the protocol's constants are a sum protocol's."""
-    blocks = _block_loop(_sum_segment)
-
-    @njit(nogil=True)
-    def blocks_sum(problem, query, data, starts, stops, blocks_held, round_index, key, counter, state, chunk,
-                   norm_bound, quantum, user_noise, central_noise, sigma, local_reports, agreement, report_norm, counts):
-        """A fully interactive round's sum protocol over a shard's blocks (_block_loop,
-        sums.SumProtocol.encode_block): counts[k] = block k's reports summed in fixed point,
-        rint(total/quantum) (the curator's noise is the analyzer's, after the merge)."""
-        work = _sum_work(query.size, chunk, user_noise, local_reports)
-        return blocks(problem, query, data, starts, stops, blocks_held, round_index, key, counter, state, chunk,
-                      (norm_bound, quantum, user_noise, central_noise, sigma, local_reports, agreement, report_norm),
-                      work, work[4], counts)
-
-    return blocks_sum
-
-
-_BLOCK_KERNELS = {"rounds_pvec": _blocks_pvec, "rounds_sum": _blocks_sum}

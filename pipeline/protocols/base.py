@@ -330,14 +330,23 @@ class Protocol(abc.ABC):
         return False
 
     def fused_encoding(self, params: Any) -> tuple | None:
-        """The constants of a call's compiled twin (pipeline.engine.fused; for fully
-        interactive rounds, pipeline.engine.fused_interactive), or None: the engine runs the
-        call in Python. P_vec in exact mode, the sum protocols `none`, `central_gaussian`,
-        `shuffle_gaussian` and `local_l2`, and Girgis's linf, l2 and l1 randomizers have one:
-        a NamedTuple whose `kernel` names the pipeline.engine.fused_kernel round kernel that twins
-        the call's sequential rounds (fused_kernel.round_kernel) and whose fields are its protocol constants.
-        A protocol that returns one promises that the twin reproduces its encode_block,
-        finish, decode and released_count bit for bit."""
+        """A call's compiled twin (pipeline.engine.fused; for fully interactive rounds,
+        pipeline.engine.fused_interactive), or None: the engine runs the call in Python. P_vec in
+        exact mode (cjmp.FusedEncoding), the sum protocols `none`, `central_gaussian`,
+        `shuffle_gaussian` and `local_l2` (sums.FusedSum), and Girgis's linf, l2 and l1
+        randomizers (multi_message.GirgisEncoding) have one: a NamedTuple of the call's constants
+        whose class defines, in numba's subset (the kernels call them by its type):
+          work(self, dim, chunk) → the arrays the others use (a round's accumulator among them);
+          encode(self, work, gradients, norms, dim, users, state): a chunk of users' reports
+            ((coordinate, user) order, their norms; `norms` may be overwritten), drawing from
+            the block's stream with pipeline.draws;
+          finish_block(self, work, users, state) → bool: a block's last step (P_vec's noise bits,
+            a sum's fixed point), False if it cannot (an overflow);
+          analyze(self, work, batch, state, estimate) → bool: the round's estimated sum, the
+            accumulator cleared (`state`: the round's noise stream);
+          counts(self, work), optional: a block's accumulator, for fully interactive rounds.
+        A protocol that returns one promises that these reproduce its encode_block, finish,
+        decode and released_count bit for bit."""
         return None
 
     def check_call(self, params: Any, literal: bool) -> None:

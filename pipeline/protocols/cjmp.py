@@ -27,6 +27,7 @@ import attr
 import numpy as np
 
 from pipeline import accounting as privacy  # submodules load on first use: shards never import dp_accounting
+from pipeline import draws
 from pipeline.accounting import pvec_tight
 from pipeline.numerics import column_norms
 from pipeline.protocols.base import PlanError, Protocol
@@ -490,9 +491,40 @@ def literal_messages(params: PvecParams) -> int:
     return params.users * params.messages_per_user
 
 
+# --- The compiled twin of a call (FusedEncoding), in numba's subset --------------------------------
+
+_ONES_BYTES = np.uint64(0x0101010101010101)
+_HIGH_BITS = np.uint64(0x8080808080808080)
+_LOW_BYTE = np.uint64(0xFF)
+
+
+def _scaled(gradient, factor, scale_bound, top):
+    """One user-coordinate's 256·s: its gradient clipped and scaled, shifted, clamped to [0, top]
+    (_shift_and_scale's multiply, add and clip, rounded as numpy rounds them)."""
+    return min(max(gradient * factor + scale_bound, 0.0), top)
+
+
+def _note_ties(lows, size, ties):
+    """The indices below `size` whose byte in `lows` (uint64 words read as little-endian bytes)
+    is 255, in order, into `ties`; returns how many. Eight bytes a test: a word holds a 255
+    exactly when its complement holds a zero byte, (v − 0x01…01) & ~v & 0x80…80 ≠ 0."""
+    count = 0
+    for word in range(lows.size):
+        complement = ~lows[word]
+        if (complement - _ONES_BYTES) & ~complement & _HIGH_BITS:
+            for byte in range(8):
+                index = 8 * word + byte
+                if index < size and (lows[word] >> np.uint64(8 * byte)) & _LOW_BYTE == _LOW_BYTE:
+                    ties[count] = index
+                    count += 1
+    return count
+
+
 class FusedEncoding(NamedTuple):
     """The constants of a P_vec call as its compiled twin uses them (pipeline.engine.fused_kernel),
-    each computed as the Python path computes it.
+    each computed as the Python path computes it, and the twin's functions (the kernels' protocol
+    contract: work, encode, finish_block, analyze, counts), encode_block's and finish and decode's
+    operations in their order.
 
     Attributes:
       scale_bound: (g/Δ·256)·Δ₂, the clip-and-scale numerator and the shift (_shift_and_scale).
@@ -513,7 +545,59 @@ class FusedEncoding(NamedTuple):
     fraction: float
     decode_scale: float
     shift: float
-    kernel = "rounds_pvec"  # not a field: the fused_kernel round kernel (round_kernel) that twins the call
+
+    def work(self, dim, chunk):
+        """A chunk's raw outputs, low bytes and ties, and the ones of a block (then of a round)."""
+        words = -(-dim * chunk // 8)
+        return np.empty(words, np.uint64), np.empty(words, np.uint64), np.empty(dim * chunk, np.int64), np.zeros(dim, np.int64)
+
+    def encode(self, work, gradients, factors, dim, users, state):
+        """_rounded_sum of a chunk's gradients ((coordinate, user) order, their norms in `factors`),
+        added to the ones: the clip-and-scale factors (g/Δ·256)·Δ₂/max(‖g‖, Δ₂); the fixed point
+        T + U with one random byte U per coordinate, bytes in (coordinate, user) order from ⌈size/8⌉
+        raw outputs (read as little-endian bytes as numpy's `view(np.uint8)`); the low bytes of T + U
+        kept to find the ties after the loop (noting them inside it kept the loop from being
+        vectorized: twice as slow); then one uniform per tie, in order."""
+        raws, lows, ties, rounded = work
+        for user in range(users):
+            factors[user] = self.scale_bound / max(factors[user], self.bound)
+        size = dim * users
+        words = (size + 7) // 8
+        draws.raw_outputs(state, raws, words)
+        random_bytes, low_bytes = raws.view(np.uint8), lows.view(np.uint8)
+        for coordinate in range(dim):
+            first = coordinate * users
+            row = gradients[first: first + users]
+            row_bytes, row_lows = random_bytes[first: first + users], low_bytes[first: first + users]
+            whole = 0
+            for user in range(users):
+                fixed = np.uint32(_scaled(row[user], factors[user], self.scale_bound, self.top)) + np.uint32(row_bytes[user])
+                row_lows[user] = np.uint8(fixed & 0xFF)
+                whole += np.int64(fixed >> 8)
+            rounded[coordinate] += whole
+        for tie in range(_note_ties(lows[:words], size, ties)):
+            value = _scaled(gradients[ties[tie]], factors[ties[tie] % users], self.scale_bound, self.top)
+            if draws.uniform(state) >= 1.0 - (value - np.floor(value)):
+                rounded[ties[tie] // users] += 1
+
+    def finish_block(self, work, users, state):
+        """One Binomial(users·b_noise, p) per coordinate, added to the ones (encode_block's noise)."""
+        ones = work[3]
+        for coordinate in range(ones.size):
+            ones[coordinate] += draws.binomial(state, users * self.b_noise, self.p)
+        return True
+
+    def analyze(self, work, batch, state, estimate):
+        """finish and decode: (Δ/g)·(ones − n·b_noise·p) − n·Δ₂, the mean split exactly; the ones cleared."""
+        ones = work[3]
+        for coordinate in range(estimate.size):
+            estimate[coordinate] = self.decode_scale * (np.float64(ones[coordinate] - self.whole) - self.fraction) - self.shift
+        ones[:] = 0
+        return True
+
+    def counts(self, work):
+        """A block's ones (a fully interactive round's partial, block_partial)."""
+        return work[3]
 
     def block_partial(self, users: int, ones: np.ndarray) -> PartialCounts:
         """A block's partial from its users' rounded sum plus one Binomial(users·b_noise, p)

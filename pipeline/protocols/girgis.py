@@ -30,6 +30,7 @@ import operator
 
 import numpy as np
 
+from pipeline import draws
 from pipeline.numerics import column_norms, column_sums
 
 KINDS = ("binary", "l1", "linf", "l2")
@@ -723,3 +724,139 @@ def exact_mse_bound(params: GirgisParams) -> float:
 __all__ = ["KINDS", "MAX_LEVELS", "GirgisParams", "plan_girgis", "flip_probability", "stream_epsilons",
            "bits_per_user", "statistic_shape", "rotation_signs", "encode_block", "users_in", "decode",
            "exact_mse", "exact_mse_bound"]
+
+
+# --- The compiled twin of a call (multi_message.GirgisEncoding), in numba's subset ----------------
+# Each of encode_block's and decode's operations in their order, on a chunk's gradients in
+# (coordinate, user) order; the kernels call them through the encoding's functions.
+
+LINF, L2, L1 = 0, 1, 2  # the randomizers the compiled rounds twin (multi_message.FUSED_KINDS: their index)
+
+
+def hadamard_in_place(values, spare, size, columns):
+    """_fwht along the first axis of values (size × columns, row-major): the butterflies of each
+    stage written to `spare` and back (the same sums and differences in the same order as the
+    numpy stages); returns the array holding the result."""
+    half = 1
+    while half < size:
+        for start in range(0, size, 2 * half):
+            for row in range(start, start + half):
+                for column in range(columns):
+                    upper, lower = values[row * columns + column], values[(row + half) * columns + column]
+                    spare[row * columns + column] = upper + lower
+                    spare[(row + half) * columns + column] = upper - lower
+        values, spare = spare, values
+        half *= 2
+    return values
+
+
+def _cube_of(inputs, norms, users, kind, coded, ball, clip_radius, signs, units, spare):
+    """_unit_cube of a chunk's gradients for linf or l2: the projection into the ball (linf: each
+    coordinate clipped to ±r; l2: scaled by r/max(‖g‖, r), padded, signed by D, rotated by
+    H/√d_pad, clipped to ±r∞), then z = (w + r)/(2r); returns the array holding z."""
+    dim = inputs.size // users
+    if kind == LINF:
+        for index in range(dim * users):
+            units[index] = (min(max(inputs[index], -ball), ball) + ball) / (2.0 * ball)
+        return units
+    units[: coded * users] = 0.0
+    for user in range(users):
+        factor = ball / max(norms[user], ball)
+        for coordinate in range(dim):
+            units[coordinate * users + user] = inputs[coordinate * users + user] * factor * signs[coordinate]
+    cube, root = hadamard_in_place(units, spare, coded, users), np.sqrt(coded)
+    for index in range(coded * users):
+        cube[index] = (min(max(cube[index] / root, -clip_radius), clip_radius) + clip_radius) / (2.0 * clip_radius)
+    return cube
+
+
+def _l1_messages(inputs, users, state, coded, ball, hadamard, units, spare, indices, hist):
+    """_encode_l1 of a chunk's gradients: each scaled into the ℓ1 ball of radius r (its
+    |coordinates| summed in order, numerics.column_sums), padded and transformed by H; one index
+    j below d_pad per user (`integers`), then one uniform per user for σ = +1 with probability
+    ½ + ½·clip((Hx)_j/r, ±1)/c."""
+    dim = inputs.size // users
+    units[: coded * users] = 0.0
+    for user in range(users):
+        total = 0.0
+        for coordinate in range(dim):
+            total += abs(inputs[coordinate * users + user])
+        factor = ball / max(total, ball)
+        for coordinate in range(dim):
+            units[coordinate * users + user] = inputs[coordinate * users + user] * factor
+    coefficients = hadamard_in_place(units, spare, coded, users)
+    for user in range(users):
+        indices[user] = draws.integers(state, coded)
+    for user in range(users):
+        picked = indices[user]
+        t = min(max(coefficients[picked * users + user] / ball, -1.0), 1.0)
+        hist[0, picked, 0] += 1
+        if draws.uniform(state) < 0.5 + 0.5 * t / hadamard:
+            hist[0, picked, 1] += 1
+
+
+def encode_compiled(call, work, inputs, norms, dim, users, state):
+    """encode_block of a chunk's gradients for linf, l2 or l1 (`call`: a GirgisEncoding) into the
+    histograms (levels × s·a × 2). l1: _l1_messages. linf, l2: the unit cube (_cube_of); then per
+    level the (s, users) indices (one block of width a per message, `fill_integers` in bulk), the
+    (s, users) uniforms, and each message's bit (a plane of F or the rounding plane, through 2RR)
+    counted at its index."""
+    units, spare, indices, hist, tape = work[0], work[1], work[2], work[3], work[6]
+    inputs = inputs[: dim * users]
+    if call.kind == L1:
+        _l1_messages(inputs, users, state, call.coded, call.ball, call.hadamard, units, spare, indices, hist)
+        return
+    cube = _cube_of(inputs, norms, users, call.kind, call.coded, call.ball, call.clip_radius, call.signs, units, spare)
+    levels, messages, width, coded = call.levels, call.messages, call.width, call.coded
+    scale = 2.0 ** (levels - 1)
+    drawn = indices[:messages * users]
+    for level in range(levels):
+        draws.fill_integers(state, width, drawn, tape)
+        for index in range(messages * users):
+            indices[index] += (index // users) * width
+        for index in range(messages * users):
+            picked = indices[index]
+            value = cube[picked * users + index % users] if picked < coded else 0.0  # zero padding
+            scaled = value * scale
+            floor = min(max(np.floor(scaled), 0.0), scale - 1.0)  # _bit_planes
+            uniform, p = draws.uniform(state), call.flips[level]
+            if level < levels - 1:
+                sent = ((np.int64(floor) >> (levels - 2 - level)) & 1 == 1) != (uniform < p)
+            else:
+                sent = uniform < p + (1.0 - 2.0 * p) * min(max(scaled - floor, 0.0), 1.0)
+            hist[level, picked, 0] += 1
+            if sent:
+                hist[level, picked, 1] += 1
+
+
+def decode_compiled(call, work, users, estimate):
+    """decode of a round's histograms into `estimate` (`call`: a GirgisEncoding; n = `users`), the
+    histograms cleared. l1: r·c·H(2·ones − counts). linf, l2: per level the debiased counts
+    weight_k·a/(1 − 2p_k)·(ones − p_k·counts) summed into ẑ, then 2r∞·ẑ − r∞·n, and for l2
+    Uᵀ = D·H/√d_pad of it; the first d coordinates."""
+    hist, sums, spare = work[3], work[4], work[5]
+    dim, coded, ball, clip_radius = estimate.size, call.coded, call.ball, call.clip_radius
+    padded = hist.shape[1]
+    if call.kind == L1:
+        for index in range(coded):
+            sums[index] = 2.0 * np.float64(hist[0, index, 1]) - np.float64(hist[0, index, 0])
+        back = hadamard_in_place(sums[:coded], spare[:coded], coded, 1)
+        for coordinate in range(dim):
+            estimate[coordinate] = (ball * call.hadamard) * back[coordinate]
+        hist[:] = 0
+        return
+    sums[:padded] = 0.0
+    for level in range(call.levels):
+        p = call.flips[level]
+        coefficient = call.weights[level] * call.width / (1.0 - 2.0 * p)
+        for index in range(padded):
+            sums[index] += coefficient * (np.float64(hist[level, index, 1]) - p * np.float64(hist[level, index, 0]))
+    for index in range(coded):
+        sums[index] = 2.0 * clip_radius * sums[index] - clip_radius * users
+    if call.kind == L2:
+        back, root = hadamard_in_place(sums[:coded], spare[:coded], coded, 1), np.sqrt(coded)
+        for coordinate in range(dim):
+            estimate[coordinate] = back[coordinate] / root * call.signs[coordinate]
+    else:
+        estimate[:] = sums[:dim]
+    hist[:] = 0

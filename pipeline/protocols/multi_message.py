@@ -65,13 +65,13 @@ LEVELS = Option("levels", integer(1, 16), "m, the bit planes of the randomizer (
 MESSAGES = Option("messages", integer(1), "s, the messages per level (default min(d, 64))")
 
 
-# The randomizers the compiled rounds twin, by their index (pipeline.engine.fused_kernel's kinds).
+# The randomizers the compiled rounds twin, by their index (girgis.LINF, L2, L1).
 FUSED_KINDS = ("linf", "l2", "l1")
 
 
 class GirgisEncoding(NamedTuple):
     """The constants of a linf, l2 or l1 call as its compiled twin uses them
-    (pipeline.engine.fused_kernel.rounds_girgis), each as girgis.py computes it.
+    (pipeline.engine.fused_kernel), each as girgis.py computes it, and its functions.
 
     Attributes:
       kind: the randomizer's index in FUSED_KINDS.
@@ -94,7 +94,29 @@ class GirgisEncoding(NamedTuple):
     flips: np.ndarray
     weights: np.ndarray
     signs: np.ndarray
-    kernel = "rounds_girgis"  # not a field: the fused_kernel round kernel (round_kernel) that twins the call
+
+    # The twin's functions (the kernels' protocol contract), girgis.py's encode_block and decode
+    # in numba's subset (girgis.encode_compiled, decode_compiled).
+
+    def work(self, dim, chunk):
+        """A chunk's units, spare and indices, the round's histograms, decode's sums and spare,
+        and a tape of raw outputs for the indices' bulk draw."""
+        rows = max(self.coded, dim)
+        padded = self.coded if self.kind == girgis.L1 else self.messages * self.width  # girgis.statistic_shape
+        drawn = max(self.messages, 1) * chunk
+        return (np.empty(rows * chunk), np.empty(rows * chunk), np.empty(drawn, np.int64),
+                np.zeros((self.levels, padded, 2), np.int64), np.empty(max(padded, self.coded)),
+                np.empty(max(padded, self.coded)), np.empty(max(1, min(2048, (drawn + 1) // 2)), np.uint64))
+
+    def encode(self, work, inputs, norms, dim, users, state):
+        girgis.encode_compiled(self, work, inputs, norms, dim, users, state)
+
+    def finish_block(self, work, users, state):
+        return True
+
+    def analyze(self, work, batch, state, estimate):
+        girgis.decode_compiled(self, work, batch, estimate)
+        return True
 
 
 # What the compiled twin reproduces: a subclass overriding one of these keeps the Python path.

@@ -21,7 +21,8 @@ import numpy as np
 import scipy  # submodules load on first use (scipy.stats alone costs 0.5 s per process)
 
 from pipeline import accounting as privacy  # submodules load on first use: shards never import dp_accounting
-from pipeline.numerics import column_dots, column_norms
+from pipeline import draws
+from pipeline.numerics import column_dots, column_norms, pairwise_sum
 from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE, GAUSSIAN_SUM, NOISY_MAX, PlanError, Protocol
 from pipeline.twins import keeps_twin
 
@@ -165,9 +166,50 @@ def _reports(params: SumParams, inputs: np.ndarray, rng: np.random.Generator) ->
     return inputs
 
 
+# --- The compiled twin of a call (FusedSum), in numba's subset -------------------------------------
+
+def _column_norms_into(values, dim, users, norms):
+    """numerics.column_norms of a (d, users) array in (coordinate, user) order: each column's
+    squares added coordinate by coordinate."""
+    for user in range(users):
+        total = 0.0
+        for coordinate in range(dim):
+            total += values[coordinate * users + user] * values[coordinate * users + user]
+        norms[user] = np.sqrt(total)
+
+
+def _duchi_in_place(inputs, dim, users, state, radius, agreement, report_norm, norms, work):
+    """duchi_reports of a chunk's clipped inputs, in place: per user a sign, one uniform each; the
+    sphere's normals in (coordinate, user) order, each column normalized; one uniform each for the
+    half-space; the report B·(±sphere). `work`: (signs, sphere's norms, sphere), of a chunk's sizes."""
+    signs, sphere_norms, sphere = work
+    _column_norms_into(inputs, dim, users, norms)
+    for user in range(users):
+        signs[user] = 1.0 if draws.uniform(state) < 0.5 + norms[user] / (2.0 * radius) else -1.0
+    draws.standard_normals(state, sphere, dim * users)
+    _column_norms_into(sphere, dim, users, sphere_norms)
+    for user in range(users):
+        for coordinate in range(dim):
+            sphere[coordinate * users + user] /= sphere_norms[user]
+    for user in range(users):
+        agree = draws.uniform(state) < agreement
+        side = 0.0  # column_dots(sphere, pole), the pole the input's direction times its sign
+        for coordinate in range(dim):
+            if norms[user] > 0:
+                direction = inputs[coordinate * users + user] / max(norms[user], 1e-300)
+            else:  # a zero input's direction: the first axis
+                direction = 1.0 if coordinate == 0 else 0.0
+            side += sphere[coordinate * users + user] * (direction * signs[user])
+        flip = (side >= 0) != agree
+        for coordinate in range(dim):
+            value = sphere[coordinate * users + user]
+            inputs[coordinate * users + user] = report_norm * (-value if flip else value)
+
+
 class FusedSum(NamedTuple):
     """The constants of a sum protocol's call as its compiled twin uses them
-    (pipeline.engine.fused_kernel.rounds_sum).
+    (pipeline.engine.fused_kernel), and the twin's functions (the kernels' protocol contract:
+    work, encode, finish_block, analyze, counts), encode_block's and finish's operations in their order.
 
     Attributes:
       norm_bound: C, the clip (clip_l2).
@@ -188,7 +230,62 @@ class FusedSum(NamedTuple):
     local_reports: bool
     agreement: float
     report_norm: float
-    kernel = "rounds_sum"  # not a field: the fused_kernel round kernel (round_kernel) that twins the call
+
+    def work(self, dim, chunk):
+        """Duchi et al.'s (signs, sphere's norms, sphere; the sphere holds shuffle_gaussian's noise
+        too), a block's total, the units of a block (then of a round), and the curator's noise."""
+        local = (np.empty(chunk), np.empty(chunk), np.empty(dim * chunk if self.local_reports or self.user_noise else 0))
+        return local, np.zeros(dim), np.zeros(dim, np.int64), np.empty(dim)
+
+    def encode(self, work, inputs, norms, dim, users, state):
+        """_reports of a chunk's gradients ((coordinate, user) order, their norms in `norms`), summed
+        per coordinate as `.sum(axis=1)` sums a (d, users) row (numpy's pairwise sum) into the block's
+        total: clip_l2's factor min(1, C/max(‖g‖, 1e-300)); with user noise (shuffle_gaussian)
+        x + σz, the normals in (coordinate, user) order; with local reports (local_l2) Duchi et al.'s."""
+        local, total = work[0], work[1]
+        for user in range(users):  # the norms become the clip factors (_duchi_in_place recomputes the norms)
+            norms[user] = min(1.0, self.norm_bound / max(norms[user], 1e-300))
+        for coordinate in range(dim):
+            row = inputs[coordinate * users: (coordinate + 1) * users]
+            for user in range(users):
+                row[user] *= norms[user]
+        if self.user_noise:
+            noise = local[2]
+            draws.standard_normals(state, noise, dim * users)
+            for index in range(dim * users):
+                inputs[index] = inputs[index] + self.sigma * noise[index]
+        if self.local_reports:
+            _duchi_in_place(inputs, dim, users, state, self.norm_bound, self.agreement, self.report_norm, norms, local)
+        for coordinate in range(dim):
+            total[coordinate] += pairwise_sum(inputs, coordinate * users, users)
+
+    def finish_block(self, work, users, state):
+        """The block's total in fixed point, rint(total/quantum), added to the units; False at 2⁶²
+        units or a NaN (encode_block's OverflowError)."""
+        total, units = work[1], work[2]
+        for coordinate in range(total.size):
+            rounded = np.rint(total[coordinate] / self.quantum)
+            if not abs(rounded) < 2.0**62:
+                return False
+            units[coordinate] += np.int64(rounded)
+        total[:] = 0.0
+        return True
+
+    def analyze(self, work, batch, state, estimate):
+        """The total units·quantum, plus σz with the curator's noise (`state`: the round's noise stream); the units cleared."""
+        units, central = work[2], work[3]
+        for coordinate in range(estimate.size):
+            estimate[coordinate] = np.float64(units[coordinate]) * self.quantum
+        units[:] = 0
+        if self.central_noise:
+            draws.standard_normals(state, central, estimate.size)
+            for coordinate in range(estimate.size):
+                estimate[coordinate] = estimate[coordinate] + self.sigma * central[coordinate]
+        return True
+
+    def counts(self, work):
+        """A block's units (a fully interactive round's partial, block_partial)."""
+        return work[2]
 
     @staticmethod
     def block_partial(users: int, units: np.ndarray) -> FixedPointSum:
@@ -208,7 +305,7 @@ class SumProtocol(Protocol):
 
     capabilities = frozenset({FIXED_NOISE})
     supports_sampling = True
-    # The compiled twin's noise (fused_kernel.rounds_sum): "none", "user" (each user adds σz),
+    # The compiled twin's noise (FusedSum): "none", "user" (each user adds σz),
     # "central" (the analyzer adds σz) or "local" (Duchi et al.'s reports); None: no twin.
     compiled_noise: ClassVar[str | None] = None
 
