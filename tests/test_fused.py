@@ -607,8 +607,8 @@ tree = {"experiment": "loads", "problem": {"name": "quadratic", "dim": 3, "radiu
         "privacy": {"epsilon": 1.0, "delta": 1e-6, "protocol": "cjmp_vec", "accounting": "tight"}}
 (run,) = config.expand(tree)
 engine.execute(planning.plan_run(run).job, "local", 1)
-for kind, *_ in sorted(fused_kernel._BUILT, key=lambda key: key[0]):  # the round kernel, the users' draw
-    kernel = next(built for key, built in fused_kernel._BUILT.items() if key[0] == kind)
+kernels = sorted(fused_kernel._BUILT.items(), key=lambda item: item[0][0] == "draw")  # the round kernel, the users' draw
+for _, kernel in kernels:
     print(sum(kernel.stats.cache_hits.values()), sum(kernel.stats.cache_misses.values()))
 """
 

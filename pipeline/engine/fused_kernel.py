@@ -24,6 +24,7 @@ numbers: as easy as 1, 2, 3" (SC 2011); numpy increments the counter before each
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 
@@ -511,17 +512,56 @@ protocol_analyze = _by_type("analyze")  # (encoding, work, batch, state, estimat
 protocol_counts = _by_type("counts")  # (encoding, work) → a block's accumulator (fully interactive rounds)
 
 
-# The draws a twin may make (pipeline.draws), compiled into their implementations here.
-overload(draws.normals)(lambda state, out, tape: lambda state, out, tape: normals(state, out, tape))
-overload(draws.raw_outputs)(lambda state, out, count: lambda state, out, count: fill_raw(state, out, count))
-overload(draws.unit)(lambda raw: lambda raw: unit(raw))
-overload(draws.integers)(lambda state, bound: lambda state, bound: bounded(state, bound))
-overload(draws.uniform)(lambda state: lambda state: next_double(state))
-overload(draws.standard_normals)(lambda state, out, count: lambda state, out, count: standard_normals(state, out, count))
-overload(draws.binomial)(lambda state, trials, probability: lambda state, trials, probability: binomial(state, trials,
-                                                                                                   probability))
-overload(draws.fill_integers)(lambda state, bound, out, tape: lambda state, bound, out, tape: fill_bounded(state, bound,
-                                                                                                           out, tape))
+def _implements(declared):
+    """Makes the decorated function what each compiled call of a declared draw (pipeline.draws)
+    runs: a call of this module's implementation, with the declaration's arguments."""
+
+    def register(implementation):
+        # numba requires the typing function's signature to be the implementation's (wraps lends it)
+        overload(declared)(functools.wraps(implementation)(lambda *types: implementation))
+        return implementation
+
+    return register
+
+
+@_implements(draws.normals)
+def _normals(state, out, tape):
+    normals(state, out, tape)
+
+
+@_implements(draws.raw_outputs)
+def _raw_outputs(state, out, count):
+    fill_raw(state, out, count)
+
+
+@_implements(draws.unit)
+def _unit(raw):
+    return unit(raw)
+
+
+@_implements(draws.uniform)
+def _uniform(state):
+    return next_double(state)
+
+
+@_implements(draws.integers)
+def _integers(state, bound):
+    return bounded(state, bound)
+
+
+@_implements(draws.fill_integers)
+def _fill_integers(state, bound, out, tape):
+    fill_bounded(state, bound, out, tape)
+
+
+@_implements(draws.standard_normals)
+def _standard_normals(state, out, count):
+    standard_normals(state, out, count)
+
+
+@_implements(draws.binomial)
+def _binomial(state, trials, probability):
+    return binomial(state, trials, probability)
 
 
 @register_jitable
