@@ -403,16 +403,26 @@ def test_plug_in_optimizers_run_compiled_on_ray_actors_as_in_process(tmp_path, m
         execution: {{block_size: 256}}
         """))
     frames = []
+    for runs, rounds in _local_and_ray(path, tmp_path):
+        assert len(runs) == 2
+        rounds = rounds.merge(runs[["run_id", "optimizer.name"]], on="run_id")
+        frames.append(rounds.sort_values(["optimizer.name", "round"])["excess_loss"].to_numpy())
+    assert len(frames[0]) > 20 and frames[0].tobytes() == frames[1].tobytes()
+
+
+def _local_and_ray(path: Path, tmp_path: Path) -> list:
+    """`pipeline run` of a grid file on the local backend (1 shard), then on Ray (2 shard actors):
+    each one's (runs, rounds) tables, every run FINISHED."""
+    tables = []
     for backend, shards in (("local", 1), ("ray", 2)):
         out = tmp_path / backend
         assert cli.main(["run", str(path), "--out", str(out), "--set", f"execution.backend={backend}",
                          "--set", f"execution.shards={shards}", "--set",
                          f"tracking.mlflow_uri=sqlite:///{tmp_path}/m.db"]) == 0
         runs = pd.read_parquet(out / "runs.parquet")
-        assert (runs["status"] == FINISHED).all() and len(runs) == 2
-        rounds = pd.read_parquet(out / "rounds.parquet").merge(runs[["run_id", "optimizer.name"]], on="run_id")
-        frames.append(rounds.sort_values(["optimizer.name", "round"])["excess_loss"].to_numpy())
-    assert len(frames[0]) > 20 and frames[0].tobytes() == frames[1].tobytes()
+        assert (runs["status"] == FINISHED).all()
+        tables.append((runs, pd.read_parquet(out / "rounds.parquet")))
+    return tables
 
 
 def _huber_job(protocol: str, shards: int = 1):
@@ -474,14 +484,7 @@ def test_the_huber_plug_in_runs_compiled_on_ray_actors_as_in_process(tmp_path, r
         seeds: [4]
         execution: {{block_size: 256}}
         """))
-    losses = []
-    for backend, shards in (("local", 1), ("ray", 2)):
-        out = tmp_path / backend
-        assert cli.main(["run", str(path), "--out", str(out), "--set", f"execution.backend={backend}",
-                         "--set", f"execution.shards={shards}", "--set",
-                         f"tracking.mlflow_uri=sqlite:///{tmp_path}/m.db"]) == 0
-        assert (pd.read_parquet(out / "runs.parquet")["status"] == FINISHED).all()
-        losses.append(pd.read_parquet(out / "rounds.parquet").sort_values("round")["excess_loss"].to_numpy())
+    losses = [rounds.sort_values("round")["excess_loss"].to_numpy() for _, rounds in _local_and_ray(path, tmp_path)]
     assert len(losses[0]) > 20 and losses[0].tobytes() == losses[1].tobytes()
     assert losses[0].tobytes() == np.asarray(_fused_losses(_huber_job("cjmp_vec"))).tobytes()
 
