@@ -11,21 +11,25 @@ DIM = 10
 # The fused runs timed, by the prefix of their metrics: (optimizer, protocol; None: the default,
 # cjmp_vec; problem).
 # Plug-ins' rounds, compiled from their own files (issue 42 item 3): `<plug-in>_vs_seq` is a fused
-# round over seq_sgd's on the quadratic: the momentum and AdaGrad-Norm optimizers' stages, and the
-# Huber problem's twin (its gradients, losses and users) with seq_sgd.
+# round over seq_sgd's on the quadratic: the momentum and AdaGrad-Norm optimizers' stages, the
+# Huber problem's twin (its gradients, losses and users) with seq_sgd, and the Skellam protocol's
+# fused encoding (its rounding and Poisson noise) with seq_sgd.
 PLUGINS = Path(__file__).resolve().parent.parent / "experiments" / "plugins"
 MOMENTUM = f"{PLUGINS / 'momentum_sgd.py'}:MomentumSGD"
 ADAGRAD = f"{PLUGINS / 'adagrad_norm.py'}:AdaGradNorm"
 HUBER = f"{PLUGINS / 'huber_location.py'}:HuberLocation"
+SKELLAM = f"{PLUGINS / 'skellam_sum.py'}:SkellamSum"
 RUNS = {"seq": ("seq_sgd", None, "quadratic"), "momentum": (MOMENTUM, None, "quadratic"),
         "adagrad": (ADAGRAD, None, "quadratic"), "huber": ("seq_sgd", None, HUBER),
+        "skellam": ("seq_sgd", SKELLAM, "quadratic"),
         "agd": ("seq_agd", None, "quadratic"),
         "gauss": ("seq_sgd", "shuffle_gaussian", "quadratic"), "local": ("seq_sgd", "local_l2", "quadratic"),
         "girgis": ("seq_sgd", "girgis_l2", "quadratic"), "smoothed": ("seq_agd_smoothed", None, "absolute")}
 
 
 def run(size: str = "quick") -> dict[str, float]:
-    """seq_sgd, the momentum and AdaGrad-Norm plug-ins, seq_sgd on the Huber plug-in and seq_agd with cjmp_vec, and seq_sgd with shuffle_gaussian, local_l2 and girgis_l2, on
+    """seq_sgd, the momentum and AdaGrad-Norm plug-ins, seq_sgd on the Huber plug-in and seq_agd with
+    cjmp_vec, and seq_sgd with shuffle_gaussian, local_l2, girgis_l2 and the Skellam plug-in, on
     the quadratic (d = 10, ε = 1, tight: rounds of 51 users for seq_sgd with cjmp_vec), and
     seq_agd_smoothed with cjmp_vec on the absolute problem (the Moreau envelope's gradients, the
     finite support's losses), one shard holding every user: the same rounds fused and in Python
@@ -71,6 +75,6 @@ def run(size: str = "quick") -> dict[str, float]:
             results["fused_users_drawn_share"] = times["draw"] / times["fused"]
             results["numpy_draw_vs_compiled"] = times["numpy_draw"] / times["draw"]
     results["fused_vs_python"] = results.pop("seq_fused_vs_python")  # the name earlier runs reported
-    for plugin in ("momentum", "adagrad", "huber"):
+    for plugin in ("momentum", "adagrad", "huber", "skellam"):
         results[f"{plugin}_vs_seq"] = results[f"{plugin}_round_us_fused"] / results["seq_round_us_fused"]
     return results

@@ -24,6 +24,16 @@ answering user's s records as the shards do (`problems.records.choose_records`),
 accountant that lets client sampling hide a record whose client stands out is caught
 (issue 41: the withdrawn nested route).
 
+A run whose rounds are compiled (`engine.compiles`: its protocol's `fused_encoding`) sends its
+users' messages with the compiled encoding, not with encode_block: the audit attacks that code.
+Where the call is every user of the population sending once (no sampling, user level, exact
+mode) and the encoding gives block partials (`counts`), each trial's blocks are encoded by the
+kernel a fully interactive round runs (`fused_interactive.encoded_blocks`: the kernel's norms,
+clip and randomizer, from Philox streams keyed by (seed, neighbour) and the trial), then merged
+and finished by the protocol as the engine does (its analyzer's noise, where it adds one, drawn
+in Python as a fully interactive round's); other calls, which no compiled run makes, and
+encodings without block partials run encode_block. The report names which (`call.code`).
+
 The claimed ε is what the ledger reports for that one call: a PrivacyLedger
 holding the call's event alone, in the run's accounting mode and unit.
 """
@@ -40,6 +50,7 @@ from scipy import special, stats
 from pipeline import engine
 from pipeline.accounting.compositions import SEQUENTIAL
 from pipeline.accounting.ledger import PrivacyLedger
+from pipeline.engine.fused_interactive import encoded_blocks
 from pipeline.engine.tasks import map_tasks
 from pipeline.errors import ConfigError
 from pipeline.problems.records import choose_records
@@ -64,6 +75,8 @@ class AuditedCall:
       pair: the neighbouring inputs, each (d, population) (`protocol.audit_pair`), or at record
         level (d, population·m), user u's records in columns u·m … u·m + m − 1.
       records: (m, s) at record level: the records each user holds and sends; None at user level.
+      encoding: the protocol's fused encoding, which encodes the call's blocks as a compiled run's
+        do (encoded_blocks); None: the protocol's encode_block.
     """
 
     protocol: Protocol
@@ -74,6 +87,14 @@ class AuditedCall:
     literal: bool
     pair: tuple[np.ndarray, np.ndarray]
     records: tuple[int, int] | None = None
+    encoding: Any = None
+
+    @property
+    def code(self) -> str:
+        """The code that encodes the users' messages, in words."""
+        if self.encoding is not None:
+            return f"compiled: {type(self.encoding).__module__}.{type(self.encoding).__qualname__}"
+        return f"numpy: {type(self.protocol).__name__}.{'encode_messages' if self.literal else 'encode_block'}"
 
     @property
     def neighbours(self) -> str:
@@ -102,7 +123,7 @@ def _record_pair(base: np.ndarray, moved: np.ndarray, held: int) -> tuple[np.nda
 
 
 def audited_call(protocol: Protocol, round_plan: RoundPlan, dim: int, block_size: int = 4096,
-                 literal: bool = False, params: Any = None) -> AuditedCall:
+                 literal: bool = False, params: Any = None, compiled: bool = False) -> AuditedCall:
     """The call the audit attacks, with the refusals checked before any trial.
 
     Args:
@@ -112,6 +133,8 @@ def audited_call(protocol: Protocol, round_plan: RoundPlan, dim: int, block_size
       block_size: users per engine block.
       literal: the run's simulation is literal.
       params: the call's parameters (default: protocol.planned(round_plan, dim)).
+      compiled: the run's rounds are compiled (engine.compiles): the call is encoded by the
+        protocol's fused encoding where it gives block partials (see the module docstring).
 
     Returns:
       The call.
@@ -145,9 +168,13 @@ def audited_call(protocol: Protocol, round_plan: RoundPlan, dim: int, block_size
     if round_plan.per_record:
         records = (round_plan.records_min, round_plan.records_per_round or round_plan.records_min)
         base, moved = _record_pair(base, moved, records[0])
+    encoding = None
+    if compiled and not literal and records is None and round_plan.sampling == "all":
+        encoding = protocol.fused_encoding(params)
+        encoding = encoding if hasattr(type(encoding), "counts") else None
     return AuditedCall(protocol, round_plan, dim, params, block_size, literal,
                        (np.ascontiguousarray(base, dtype=np.float64), np.ascontiguousarray(moved, dtype=np.float64)),
-                       records)
+                       records, encoding)
 
 
 def _answering(plan: RoundPlan, rng: np.random.Generator) -> np.ndarray | None:
@@ -169,17 +196,27 @@ def _sent_records(call: AuditedCall, users: np.ndarray | None, rng: np.random.Ge
 
 
 def _release(call: AuditedCall, inputs: np.ndarray, chosen: np.ndarray | None, rng: np.random.Generator,
-             work: Any) -> Any:
+             work: Any, trial: int) -> Any:
     """One run of the call, as the engine makes it: the analyzer's statistic.
 
     Args:
       call: the call.
       inputs: one neighbour's inputs, (d, population).
       chosen: the sorted positions of the users who answer (None: all of them).
-      rng: the trial's generator.
-      work: the protocol's workspace.
+      rng: the trial's generator (the analyzer's noise; and the messages' unless compiled).
+      work: the protocol's workspace; compiled, the Philox key of the neighbour's streams.
+      trial: the trial's index (compiled: its streams' round word).
+
+    Raises:
+      ValueError: the compiled encoding cannot finish a block.
     """
     protocol, params = call.protocol, call.params
+    if call.encoding is not None:
+        partials = encoded_blocks(call.encoding, inputs, call.block_size, work, trial)
+        if partials is None:
+            raise ValueError("the compiled encoding could not finish a block (a value not finite or a fixed-point "
+                             "overflow)")
+        return protocol.finish(params, protocol.merge(partials), rng)
     if call.literal:
         labels, bits = protocol.encode_messages(params, (inputs if chosen is None else inputs[:, chosen]).copy(), rng)
         order = rng.permutation(labels.size)  # the shuffler
@@ -213,18 +250,21 @@ def _trial_statistics(call: AuditedCall, neighbour: int, first_trial: int, trial
     rng = np.random.default_rng(np.random.SeedSequence([seed, neighbour, first_trial]))
     inputs = call.pair[neighbour]
     per_user = call.records[0] if call.records else 1
-    work = call.protocol.workspace(min(call.block_size * per_user, inputs.shape[1]), call.dim)
+    if call.encoding is not None:  # the neighbour's streams, one round word a trial
+        work = np.random.SeedSequence([seed, neighbour]).generate_state(2, np.uint64)
+    else:
+        work = call.protocol.workspace(min(call.block_size * per_user, inputs.shape[1]), call.dim)
     out = np.empty(trials)
     for trial in range(trials):
         chosen = _answering(call.round_plan, rng)
         if call.records is not None:
             chosen = _sent_records(call, chosen, rng)
-        out[trial] = _statistic(call, inputs, chosen, rng, work)
+        out[trial] = _statistic(call, inputs, chosen, rng, work, first_trial + trial)
     return out
 
 
 def _statistic(call: AuditedCall, inputs: np.ndarray, chosen: np.ndarray | None, rng: np.random.Generator,
-               work: Any) -> float:
+               work: Any, trial: int) -> float:
     """`audit_statistic` of one release: a finite real number.
 
     Raises:
@@ -233,7 +273,7 @@ def _statistic(call: AuditedCall, inputs: np.ndarray, chosen: np.ndarray | None,
     """
     name = call.protocol.name
     try:
-        value = call.protocol.audit_statistic(call.params, _release(call, inputs, chosen, rng, work))
+        value = call.protocol.audit_statistic(call.params, _release(call, inputs, chosen, rng, work, trial))
     except (Exception, SystemExit) as error:  # plug-in code: its failure is the config's to fix, in one line
         raise ConfigError("privacy.protocol", name, f"its encoding or audit_statistic stopped the audit: "
                           f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}") from None
@@ -359,7 +399,7 @@ def audit_run(planned, trials: int, seed: int = 0, alpha: float = 0.05) -> dict:
     job, config = planned.job, planned.config
     round_plan = job.schedule.plan(0)
     call = audited_call(job.protocol, round_plan, job.problem.dim, job.block_size,
-                        job.simulation == engine.LITERAL)
+                        job.simulation == engine.LITERAL, compiled=engine.compiles(job))
     mode = job.protocol.accounting
     epsilon, delta = claimed_budget(job.protocol, call.params, round_plan, job.block_size, mode, job.unit)
     if not math.isfinite(epsilon):
@@ -370,7 +410,7 @@ def audit_run(planned, trials: int, seed: int = 0, alpha: float = 0.05) -> dict:
         "protocol": job.protocol.name,
         "call": {"round": round_plan.round, "users": round_plan.users, "population": round_plan.population,
                  "sampling": round_plan.sampling, "dim": call.dim, "simulation": job.simulation,
-                 "parameters": _plain(call.params)},
+                 "code": call.code, "parameters": _plain(call.params)},
         "ledger": {"accounting": mode, "unit": job.unit, "epsilon": epsilon, "delta": delta},
         "audit": found,
         "passed": found["epsilon_lower_bound"] <= epsilon,

@@ -72,3 +72,16 @@ def standard_normals(state: np.ndarray, out: np.ndarray, count: int) -> None:
 def binomial(state: np.ndarray, trials: int, probability: float) -> int:
     """One `binomial(trials, probability)` draw (numpy's inversion and BTPE, numba's port)."""
     _compiled_only("binomial")
+
+
+@_declared
+def poisson(state: np.ndarray, mean: float) -> int:
+    """One `poisson(mean)` draw, 0 ≤ mean < 2⁶³ (numpy's multiplication method below 10,
+    Hörmann's PTRS from 10 on)."""
+    _compiled_only("poisson")
+
+
+@_declared
+def fill_poisson(state: np.ndarray, mean: float, out: np.ndarray) -> None:
+    """Fills the int64 array `out` with the next out.size `poisson(mean)` draws (`poisson(mean, size)`)."""
+    _compiled_only("fill_poisson")

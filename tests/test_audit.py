@@ -9,9 +9,10 @@ import math
 
 import numpy as np
 import pytest
+import yaml
 from scipy import stats
 
-from pipeline import audit, cli
+from pipeline import audit, cli, config, planning, plugins
 from pipeline.accounting import ledger, pvec_tight
 from pipeline.accounting.paper import pvec_analysis_bound
 from pipeline.audit import attack, audit_shuffle_gaussian, audited_call
@@ -82,9 +83,10 @@ def test_tight_pvec_lower_bound_is_below_the_tight_ledger_and_near_it(dim, epsil
     assert 0.45 * claimed <= found <= claimed <= epsilon, (found, claimed)
 
 
-def _config(tmp_path, protocol: str = "cjmp_vec", users: int = 2000, epsilon: float = 1.0, extra: str = "") -> str:
+def _config(tmp_path, protocol: str = "cjmp_vec", users: int = 2000, epsilon: float = 1.0, extra: str = "",
+            optimizer: str = "{name: mean_estimation}") -> str:
     path = tmp_path / "audit.yaml"
-    path.write_text(f"problem: {{dim: 1}}\nn_users: {users}\noptimizer: {{name: mean_estimation}}\n"
+    path.write_text(f"problem: {{dim: 1}}\nn_users: {users}\noptimizer: {optimizer}\n"
                     f"privacy: {{protocol: '{protocol}', epsilon: {epsilon}, delta: 1.0e-6, accounting: tight}}\n"
                     f"execution: {{backend: local}}\n{extra}")
     return str(path)
@@ -111,21 +113,25 @@ def test_audit_command_reports_the_call_and_the_ledger(tmp_path, capsys, account
 
 # Each protocol family's honest object, and its copy that adds a hundredth of the noise variance
 # (experiments/plugins): the copy fails the audit at ε = 1, n = 2,000, d = 1; the honest one passes.
+# The shuffle Gaussian's copy adds σ/100: the audit attacks the released sum, whose noise σ√n is
+# far above the multiset's that the ledger accounts (seed 004), so at σ/10 (sum noise 4Δ₂) it
+# shows less than the ledger's ε; at σ/100 (0.4Δ₂) it shows more.
 FAMILIES = [
-    ("cjmp_vec", f"{UNDER_NOISED}:UnderNoisedPvec"),
-    ("shuffle_gaussian", f"{UNDER_NOISED}:UnderNoisedShuffleGaussian"),
-    ("girgis_l2", f"{UNDER_NOISED}:UnderNoisedGirgisL2"),
-    (f"{SKELLAM}:SkellamSum", f"{SKELLAM}:UnderNoisedSkellamSum"),
-    ("central_gaussian", f"{UNDER_NOISED}:UnderNoisedGaussian"),
+    ("cjmp_vec", f"{UNDER_NOISED}:UnderNoisedPvec", 10),
+    ("shuffle_gaussian", f"{UNDER_NOISED}:UnderNoisedShuffleGaussian", 100),
+    ("girgis_l2", f"{UNDER_NOISED}:UnderNoisedGirgisL2", 10),
+    (f"{SKELLAM}:SkellamSum", f"{SKELLAM}:UnderNoisedSkellamSum", 10),
+    ("central_gaussian", f"{UNDER_NOISED}:UnderNoisedGaussian", 10),
 ]
 
 
-@pytest.mark.parametrize("honest,broken", FAMILIES)
-def test_the_audit_fails_each_under_noised_copy_and_passes_the_honest_protocol(tmp_path, capsys, honest, broken):
+@pytest.mark.parametrize("honest,broken,shrink", FAMILIES)
+def test_the_audit_fails_each_under_noised_copy_and_passes_the_honest_protocol(tmp_path, capsys, honest, broken,
+                                                                              shrink):
     # No false alarm in 20 seeds of 20,000 trials each: experiments/README.md, "Audit power".
     code, found = _audit(capsys, _config(tmp_path, honest), "--trials", "4000")
     assert code == 0 and found["audit"]["epsilon_lower_bound"] <= found["ledger"]["epsilon"], found
-    code, wrong = _audit(capsys, _config(tmp_path, broken), "--trials", "10000")
+    code, wrong = _audit(capsys, _config(tmp_path, broken), "--trials", "10000", "--set", f"privacy.shrink={shrink}")
     # The copy's ledger states the honest call's ε: the attack on what it sends goes above it.
     assert wrong["ledger"]["epsilon"] == pytest.approx(found["ledger"]["epsilon"])
     assert code == 1 and not wrong["passed"] and wrong["audit"]["epsilon_lower_bound"] > wrong["ledger"]["epsilon"]
@@ -320,3 +326,65 @@ def test_the_audit_attacks_record_level_calls(tmp_path, capsys, monkeypatch, nes
     else:
         # ε0 = ε: the call is pure ε0-DP and the sampling barely helps a client that stands out
         assert code == 0 and found["passed"] and 0.1 < bound <= claimed, found
+
+
+COMPILED_UNDER_NOISED = '''
+from pipeline.protocols.sums import ShuffleGaussian
+
+
+class CompiledUnderNoised(ShuffleGaussian):
+    """shuffle_gaussian whose numpy encode_block is honest and whose compiled twin adds σ/100."""
+
+    name = "compiled_under_noised"
+
+    def fused_encoding(self, params):
+        honest = super().fused_encoding(params)
+        return None if honest is None else honest._replace(sigma=honest.sigma / 100)
+'''
+
+
+def test_the_audit_attacks_the_compiled_encoding_a_compiled_run_sends_with(tmp_path, capsys):
+    """A run whose rounds are compiled sends its users' messages with the protocol's fused
+    encoding: a twin that adds a hundredth of the noise (FAMILIES) fails the audit, though its numpy
+    encode_block (which the audit attacked before) is honest and passes; the honest protocol passes."""
+    (tmp_path / "compiled_under_noised.py").write_text(COMPILED_UNDER_NOISED)
+    broken = f"{tmp_path / 'compiled_under_noised.py'}:CompiledUnderNoised"
+    full_gd = "{name: full_gd, rounds: 3}"  # its rounds compiled (engine.compiles)
+    code, found = _audit(capsys, _config(tmp_path, "shuffle_gaussian", optimizer=full_gd), "--trials", "4000")
+    assert code == 0 and found["call"]["code"] == "compiled: pipeline.protocols.sums.FusedSum", found["call"]
+    code, wrong = _audit(capsys, _config(tmp_path, broken, optimizer=full_gd), "--trials", "4000")
+    assert wrong["call"]["code"] == found["call"]["code"]
+    assert wrong["ledger"]["epsilon"] == pytest.approx(found["ledger"]["epsilon"])
+    assert code == 1 and wrong["audit"]["epsilon_lower_bound"] > wrong["ledger"]["epsilon"]
+    planned = planning.plan_run(config.expand(yaml.safe_load(open(_config(tmp_path, broken, optimizer=full_gd))))[0])
+    plan = planned.job.schedule.plan(0)
+    numpy_call = audited_call(planned.job.protocol, plan, 1, planned.job.block_size)
+    assert numpy_call.code.startswith("numpy") and attack(numpy_call, 1e-6, 4000)["epsilon_lower_bound"] <= \
+        wrong["ledger"]["epsilon"]
+
+
+@pytest.mark.parametrize("protocol", ["cjmp_vec", "shuffle_gaussian", "central_gaussian", "local_l2", "girgis_l2",
+                                      f"{SKELLAM}:SkellamSum"])
+def test_the_compiled_route_is_encode_block_on_the_same_streams_bit_for_bit(protocol):
+    """Each trial's compiled statistic (fused_interactive.encoded_blocks) is what the protocol's
+    numpy encode_block, merge, finish and audit_statistic give on the streams (ROUND_STREAM, trial,
+    block) of the neighbour's key, over three blocks of the population, both neighbours."""
+    from pipeline.engine.layout import ROUND_STREAM, counter
+
+    plan = RoundPlan(0, 0, 600, 1.0, 1e-6, 1.0, "gradients")
+    protocol_object = plugins.resolve("protocol", protocol)("tight")
+    call = audited_call(protocol_object, plan, 2, block_size=256, compiled=True)
+    assert call.code.startswith("compiled")
+    for neighbour in (0, 1):
+        compiled = audit._trial_statistics(call, neighbour, 5, 3, seed=2)
+        rng = np.random.default_rng(np.random.SeedSequence([2, neighbour, 5]))
+        key = np.random.SeedSequence([2, neighbour]).generate_state(2, np.uint64)
+        inputs, params = call.pair[neighbour], call.params
+        want = []
+        for trial in range(5, 8):
+            partials = [protocol_object.encode_block(params, [inputs[:, first: first + 256].copy()], np.random.Generator(
+                np.random.Philox(key=key, counter=counter(ROUND_STREAM, trial, first // 256))),
+                protocol_object.workspace(256, 2)) for first in range(0, 600, 256)]
+            released = protocol_object.finish(params, protocol_object.merge(partials), rng)
+            want.append(protocol_object.audit_statistic(params, released))
+        assert compiled.tolist() == want, neighbour

@@ -65,7 +65,7 @@ def _rounds(job, start: int, fused_path: bool):
 def _draws(state, key, start, kinds, trials, probabilities):
     """Draws of each kind in order: 0 a raw output, 1 a uniform double, 2 a binomial, 3 a
     standard normal, 4 a standard normal of standard_normals, 5 a 32-bit draw, 6 a bounded
-    integer below trials[index]."""
+    integer below trials[index], 7 a Poisson of mean probabilities[index]."""
     philox.rekey(state, key, start)
     out = np.empty(kinds.size)
     one = np.empty(1)
@@ -83,6 +83,8 @@ def _draws(state, key, start, kinds, trials, probabilities):
             out[index] = np.float64(philox.next_uint32(state))
         elif kinds[index] == 6:
             out[index] = np.float64(philox.bounded(state, trials[index]))
+        elif kinds[index] == 7:
+            out[index] = np.float64(philox.poisson(state, probabilities[index]))
         else:
             out[index] = philox.binomial(state, trials[index], probabilities[index])
     return out
@@ -107,6 +109,41 @@ def test_philox_uniforms_and_binomials_are_numpys_draw_for_draw(start):
             else reference.standard_normal() if kind >= 3 else float(reference.binomial(n, p))
             for kind, n, p in zip(kinds, trials, probabilities)]
     assert np.array_equal(got, want)
+
+
+# Means of every branch of numpy's Poisson: none (0), the product of uniforms (below 10, up to
+# its edge), PTRS (10 on: its squeeze, its log-gamma test, candidates below 0 near 10) and large means.
+POISSON_MEANS = [0.0, 1e-300, 1e-3, 0.5, 3.7, 9.999999, 10.0, 10.5, 37.2, 1000.0, 2.5e6, 4e15]
+
+
+@pytest.mark.parametrize("start", [counter(3, 0, 0), np.array([2**64 - 2, 7, 0, 1], np.uint64)])
+def test_poissons_are_numpys_draw_for_draw_between_the_other_draws(start):
+    """fused_kernel.poisson (pipeline.draws.poisson) is `Generator.poisson` draw for draw on every
+    branch, and leaves the stream where numpy's leaves it (uniforms and raw outputs between)."""
+    key = run_key(13)
+    pick = np.random.default_rng(3)
+    kinds = pick.choice([0, 1, 7, 7, 7], size=3000)
+    means = np.array(POISSON_MEANS)[pick.integers(len(POISSON_MEANS), size=3000)]
+    got = _draws(np.zeros(philox.STATE_WORDS, np.uint64), key, start.copy(), kinds, np.zeros(3000, np.int64), means)
+    reference = np.random.Generator(np.random.Philox(key=key, counter=start))
+    want = [float(reference.bit_generator.random_raw() >> 11) if kind == 0 else reference.random() if kind == 1
+            else float(reference.poisson(mean)) for kind, mean in zip(kinds, means)]
+    assert np.array_equal(got, want)
+    # fill_poisson in bulk, each branch: PTRS's candidates in (−1, 0) come about 3·10⁻⁵ a draw at
+    # mean 10, which numpy's floor rejects and truncation toward 0 would test (numba's own port).
+    state = np.zeros(philox.STATE_WORDS, np.uint64)
+    philox.rekey(state, key, start.copy())
+    reference = np.random.Generator(np.random.Philox(key=key, counter=start))
+    for mean, size in ((10.0, 10**6), (3.7, 10**4), (0.0, 5), (2.5e6, 10**4)):
+        out = np.empty(size, np.int64)
+        _fill_poisson(state, mean, out)
+        assert np.array_equal(out, reference.poisson(mean, size)), mean
+    assert philox.next_double(state) == reference.random()  # the stream left where numpy leaves it
+
+
+@njit
+def _fill_poisson(state, mean, out):
+    philox.fill_poisson(state, mean, out)
 
 
 # Bounds of Generator.integers(0, bound): no draw (1), powers of two, Lemire's rejection

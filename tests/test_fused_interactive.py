@@ -1,5 +1,5 @@
-"""The compiled fully interactive round with P_vec (issue #28, "a big fully interactive round")
-is a twin of the Python round: a shard's partial of every round equals
+"""The compiled fully interactive round with P_vec (issue #28, "a big fully interactive round"),
+the sum protocols and Girgis's randomizers is a twin of the Python round: a shard's partial of every round equals
 `Shard.python_partial_counts` exactly, through the engine and through `python -m pipeline run`,
 and every other round keeps the Python path."""
 from __future__ import annotations
@@ -62,6 +62,12 @@ CASES = {
     "bernoulli": dict(n_users=5_000, dim=10, block_size=1024, problem="bernoulli", seed=14),
     "elastic, local_l2, d = 1": dict(n_users=5_000, dim=1, block_size=1024, problem="elastic", protocol="local_l2",
                                      seed=13),
+    # Girgis's randomizers: each block's histograms per (level, index, bit) (GirgisEncoding.counts).
+    "girgis_l2, several bit planes": dict(n_users=5_000, dim=10, block_size=1024, protocol="girgis_l2", levels=3,
+                                          seed=15),
+    "girgis_linf, a one-user chunk": dict(n_users=2 * 21_845 + 1, dim=3, block_size=65_536, protocol="girgis_linf",
+                                          seed=16),
+    "girgis_l1, d = 5": dict(n_users=3_000, dim=5, block_size=1024, protocol="girgis_l1", seed=17),
 }
 # Query points: near the data (no clipping), and far from it (every gradient clipped, some
 # coordinates clamped at 0 and at the top).
@@ -87,10 +93,11 @@ def test_the_compiled_round_is_the_python_round(case, theta):
 
 
 def _integers(partial) -> list:
-    """A partial's integers: P_vec's ones above their floor and the floor, or a sum's fixed-point units."""
+    """A partial's integers: P_vec's ones above their floor and the floor, a sum's fixed-point
+    units, or Girgis's histograms."""
     if hasattr(partial, "ones_above_floor"):
         return [*partial.ones_above_floor.tolist(), partial.floor_total]
-    return partial.units.tolist()
+    return partial.units.tolist() if hasattr(partial, "units") else partial.counts.tolist()
 
 
 def test_a_chunk_of_one_user_occurs():
@@ -144,7 +151,6 @@ def test_a_gradient_whose_square_overflows_is_clipped_not_refused():
 
 
 @pytest.mark.parametrize("change", [
-    {"privacy": {"protocol": "girgis_l2"}},
     {"optimizer": {"name": "full_gd_smoothed", "rounds": 3}},
     {"privacy": {"honest_fraction": 0.9}},
     {"problem": {"name": "logistic", "dim": 3}},

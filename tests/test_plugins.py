@@ -496,6 +496,48 @@ def _fused_losses(job):
     return shard.run_rounds(job.optimizer.start(job.seed), 0, job.schedule.rounds)[1].column("excess_loss")
 
 
+def _skellam_job(optimizer: dict, protocol: str = SKELLAM):
+    (run,) = config.expand({"problem": {"name": "quadratic", "dim": 3, "radius": 1.0}, "n_users": 3000,
+                            "optimizer": optimizer, "seeds": [4],
+                            "privacy": {"epsilon": 2.0, "delta": 1e-6, "protocol": protocol, "model": "central"},
+                            "execution": {"backend": "local", "shards": 1, "block_size": 256}})
+    return planning.plan_run(run).job
+
+
+@pytest.mark.parametrize("optimizer", [{"name": "seq_sgd"}, {"name": "full_gd", "rounds": 4}])
+def test_the_skellam_plug_in_runs_compiled_with_the_python_paths_bits(optimizer):
+    """The Skellam protocol plug-in states its compiled twin in its own file (SkellamEncoding: the
+    clip, the random rounding, numpy's Poisson noise via pipeline.draws, the decode), so its
+    sequential rounds and its fully interactive rounds (full_gd: the block kernel, a block's units
+    merged in Python) run compiled with no edit to the package; every round's record and the final
+    state are the Python path's, bit for bit."""
+    from pipeline.engine import fused_interactive
+    from pipeline.engine.shard import Shard
+
+    job = _skellam_job(optimizer)
+    assert engine.compiles(job)
+    plan = job.schedule.plan(0)
+    params = job.protocol.planned(plan, job.problem.dim)
+    assert fused_interactive.InteractiveRounds.encoding(plan, params, np.zeros(3), job.protocol) is not None
+    start = job.optimizer.start(job.seed)
+    fused_state, fused_records = Shard(job, 0, job.layout.n_blocks).run_rounds(start, 0, job.schedule.rounds)
+    python_state, python_records = Shard(job, 0, job.layout.n_blocks).python_rounds(start, 0, job.schedule.rounds)
+    assert len(fused_records) == job.schedule.rounds >= 4
+    for name in ("excess_loss", "population_loss", "users"):
+        assert np.asarray(fused_records.column(name)).tobytes() == np.asarray(python_records.column(name)).tobytes()
+    assert all(np.array_equal(a, b) for a, b in zip(fused_state[:-1], python_state[:-1]))
+    losses = np.asarray(fused_records.column("excess_loss"))
+    assert losses[-1] < losses[0]
+
+
+def test_the_under_noised_skellam_plug_in_keeps_the_python_path():
+    """The audit's broken subclass overrides encode_block, which the twin reproduces: no twin."""
+    module = _module("protocol", SKELLAM)
+    params = module.SkellamParams(100, 3, 1.0, 1024.0, 5.0)
+    assert module.SkellamSum().fused_encoding(params) is not None
+    assert module.UnderNoisedSkellamSum().fused_encoding(params) is None
+
+
 _FUSED_RUN = """
 import sys
 from pipeline import config, engine, planning

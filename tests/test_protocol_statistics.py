@@ -475,3 +475,23 @@ def test_byte_rounding_sampler_is_exact_bernoulli(fraction):
     standard_error = np.sqrt(users * probability[:, 0] * (1 - probability[:, 0]))
     assert np.all(np.abs(successes - users * probability[:, 0]) <= Z * standard_error + 1e-9), (
         successes, users * probability[:, 0], standard_error)
+
+
+@pytest.mark.parametrize("parent_name", ["shuffle_gaussian", "local_l2", "central_gaussian"])
+def test_a_renamed_subclass_of_a_sum_protocol_sends_what_its_parent_sends(parent_name):
+    """A sum protocol's reports carry its class's noise (SumProtocol.noise), whatever a subclass
+    names itself: once read from the name, a renamed subclass of shuffle_gaussian sent its users'
+    inputs bare and of local_l2 unrandomized, while its ledger stated the parent's event."""
+    from pipeline.protocols import PROTOCOLS
+    from pipeline.protocols.base import RoundPlan
+
+    parent = PROTOCOLS[parent_name]
+    renamed = type("Renamed", (parent,), {"name": "renamed"})
+    plan = RoundPlan(0, 0, 500, 1.0, 1e-6, 1.0, "gradients")
+    inputs = np.random.default_rng(0).normal(size=(3, 500))
+    sent = [protocol.finish(params, protocol.encode_block(params, [inputs.copy()], np.random.default_rng(1)),
+                            np.random.default_rng(2)).total
+            for protocol in (parent("tight"), renamed("tight")) for params in [protocol.plan(plan, 3)]]
+    assert np.array_equal(sent[0], sent[1])
+    bare = (inputs * np.minimum(1.0, 1.0 / np.linalg.norm(inputs, axis=0))).sum(axis=1)  # clipped, no noise
+    assert np.abs(sent[1] - bare).max() > 1.0

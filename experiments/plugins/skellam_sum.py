@@ -28,21 +28,32 @@ Skellam mechanism is (α, ε(α))-RDP with (Agarwal et al. 2021, Thm 3.5, with
 tests/test_plugins.py checks this bound against exact Rényi divergences of
 shifted Skellam distributions. Calls over the same users add curves; the
 ledger converts once (pipeline.accounting.rdp).
+
+Compiled twin (`SkellamEncoding`, Protocol.fused_encoding's contract): encode_block's rounding and
+noise and decode again in numba's subset, operation for operation, its draws pipeline.draws' (the
+uniforms from raw outputs, numpy's Poisson sampler), so that sequential and fully interactive
+runs take the fused rounds, with no edit to the package.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar, Iterable
+from typing import ClassVar, Iterable, NamedTuple
 
 import attr
 import numpy as np
 from dp_accounting import dp_event
 
+from pipeline import draws
 from pipeline.accounting.mechanisms import ORDERS, CallAccountant, CallCurve
 from pipeline.accounting.rdp import rdp_to_dp
+from pipeline.numerics import pairwise_sum
 from pipeline.options import Option, real
 from pipeline.protocols.base import Protocol, RoundPlan
+from pipeline.twins import keeps_twin
+
+# What SkellamEncoding reproduces: a subclass overriding one keeps the numpy path (pipeline.twins).
+REPRODUCED = ("plan", "planned", "encode_block", "merge", "finish", "decode", "released_count")
 
 
 class SkellamAccountant(CallAccountant):
@@ -150,6 +161,65 @@ def _search_mu(l1: float, l2: float, epsilon: float, delta: float, folds: int) -
     return hi
 
 
+class SkellamEncoding(NamedTuple):
+    """SkellamSum's compiled twin: a call's clip C, scale γ, total noise μ and users n."""
+
+    norm_bound: float
+    scale: float
+    mu: float
+    users: int
+
+    def work(self, dim, chunk):
+        """A chunk's raw outputs, the block's units, the round's units and a block's two Poisson vectors."""
+        return (np.empty(dim * chunk, np.uint64), np.zeros(dim, np.int64), np.zeros(dim, np.int64),
+                np.empty(dim, np.int64), np.empty(dim, np.int64))
+
+    def encode(self, work, inputs, norms, dim, users, state):
+        """encode_block's chunk: x·γ·min(1, C/max(‖x‖, 1e-300)), floor + (u < scaled − floor) with
+        the uniforms in (coordinate, user) order, each row summed as `.sum(axis=1)` sums it (pairwise)
+        into the block's units."""
+        raws, block = work[0], work[1]
+        for user in range(users):
+            norms[user] = self.scale * min(1.0, self.norm_bound / max(norms[user], 1e-300))
+        draws.raw_outputs(state, raws, dim * users)
+        for coordinate in range(dim):
+            first = coordinate * users
+            for user in range(users):
+                scaled = inputs[first + user] * norms[user]
+                low = np.floor(scaled)
+                inputs[first + user] = low + (1.0 if draws.unit(raws[first + user]) < scaled - low else 0.0)
+            block[coordinate] += np.int64(pairwise_sum(inputs, first, users))
+
+    def finish_block(self, work, users, state):
+        """The block's share of noise, Poisson(μk/n) − Poisson(μk/n) per coordinate (the first d
+        draws, then the next d), added with the block's units to the round's."""
+        block, total, first, second = work[1], work[2], work[3], work[4]
+        share = self.mu * users / self.users
+        draws.fill_poisson(state, share, first)
+        draws.fill_poisson(state, share, second)
+        for coordinate in range(block.size):
+            total[coordinate] += block[coordinate] + (first[coordinate] - second[coordinate])
+        block[:] = 0
+        return True
+
+    def analyze(self, work, batch, state, estimate):
+        """decode: the round's units/γ; the units cleared."""
+        total = work[2]
+        for coordinate in range(estimate.size):
+            estimate[coordinate] = np.float64(total[coordinate]) / self.scale
+        total[:] = 0
+        return True
+
+    def counts(self, work):
+        """The round's units (a fully interactive round's block partial, block_partial)."""
+        return work[2]
+
+    @staticmethod
+    def block_partial(users: int, units: np.ndarray) -> IntegerSum:
+        """A block's partial from its units."""
+        return IntegerSum(users, units)
+
+
 class SkellamSum(Protocol):
     """Distributed Skellam noise under secure aggregation (see the module docstring).
 
@@ -196,6 +266,12 @@ class SkellamSum(Protocol):
 
     def decode(self, params: SkellamParams, statistic: IntegerSum) -> np.ndarray:
         return statistic.units.astype(np.float64) / params.scale
+
+    def fused_encoding(self, params: SkellamParams) -> SkellamEncoding | None:
+        """The call's constants for the compiled twin, unless a subclass changes what it reproduces."""
+        if not keeps_twin(self, "fused_encoding", REPRODUCED):
+            return None
+        return SkellamEncoding(float(params.norm_bound), float(params.scale), float(params.mu), int(params.users))
 
     def sum_mse(self, params: SkellamParams) -> float:
         """d(2μ + n/4)/γ²: the noise's variance plus at most 1/4 per user and coordinate of rounding."""

@@ -1,7 +1,8 @@
 """Compiled fully interactive rounds: a shard's share of a round in which every user of the
-population sends its gradient at one query point, with P_vec (cjmp_vec) or a sum protocol
-(none, central_gaussian, shuffle_gaussian, local_l2) in exact mode on a problem with a compiled
-twin (Problem.compiled_problem), as one call of a fused_kernel.block_kernel over the shard's held
+population sends its gradient at one query point, with a protocol whose fused encoding gives
+block partials (`counts`: P_vec, the sum protocols none, central_gaussian, shuffle_gaussian and
+local_l2, Girgis's linf, l2 and l1 randomizers, a plug-in's such as the Skellam sum's) in exact
+mode on a problem with a compiled twin (Problem.compiled_problem), as one call of a fused_kernel.block_kernel over the shard's held
 users instead of about 12 numpy passes (shared/DESIGN.md §5, "Fast paths are twins of the reference path").
 
 It is the twin of `Shard.python_partial_counts`: the same streams drawn in the same order
@@ -11,12 +12,13 @@ points, another protocol, robust mode) keeps the Python path: `encoding` says No
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from pipeline.engine.fused import encoding_functions, stage_key, twin_functions
+from pipeline.engine.fused import encoding_functions, stage_key
 from pipeline.engine.layout import ROUND_STREAM, chunk_users, counter, run_key
+from pipeline.numerics import pairwise_sum
 from pipeline.optimizers.base import RoundPlan
 from pipeline.protocols.base import GRADIENTS
 
@@ -39,24 +41,16 @@ class InteractiveRounds:
         self._counter = counter(ROUND_STREAM, 0, 0)  # rewritten by the kernel for every block
         self._state = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
         self._problem = shard.job.problem.compiled_problem()
-        self._kernels: dict[type, Any] = {}  # block_kernel by the fused encoding's class
 
     @staticmethod
     def encoding(plan: RoundPlan, params: Any, theta: np.ndarray, protocol: Any) -> Any | None:
         """The call's constants when a kernel reproduces this round, else None: every user of
-        the population sends the gradient at one query point, unsmoothed, with P_vec or a sum protocol."""
+        the population sends the gradient at one query point, unsmoothed, with a protocol whose
+        fused encoding gives block partials (`counts`)."""
         if plan.sampling != "all" or plan.smoothing != 0.0 or plan.inputs != GRADIENTS or theta.ndim != 1:
             return None
         encoding = protocol.fused_encoding(params)
         return encoding if encoding is not None and hasattr(type(encoding), "counts") else None
-
-    def _block_kernel(self, encoding: Any) -> Any:
-        """fused_kernel.block_kernel of a protocol's fused encoding and the problem's twin."""
-        kind = type(encoding)
-        if kind not in self._kernels:
-            key = stage_key("blocks", (*encoding_functions(encoding), *twin_functions(self._problem)))
-            self._kernels[kind] = self._kernel.block_kernel(kind, type(self._problem), int(key[:15], 16))
-        return self._kernels[kind]
 
     def partial(self, plan: RoundPlan, params: Any, theta: np.ndarray, encoding: Any) -> Any | None:
         """The shard's partial of the round, as Shard.python_partial_counts; None if a gradient is
@@ -74,14 +68,82 @@ class InteractiveRounds:
         blocks = np.array([block for block, _ in slices], np.int64)
         starts = np.array([users.start for _, users in slices], np.int64)
         stops = np.array([users.stop for _, users in slices], np.int64)
-        counts = np.empty((blocks.size, theta.size), np.int64)
-        kernel = self._block_kernel(encoding)
+        counts = np.empty((blocks.size, *accumulator_shape(encoding, theta.size)), np.int64)
+        kernel = block_kernel(encoding, self._problem)
         # θ copied: a read-only query would compile the kernel anew (pipeline.problems.base.writeable)
         if not kernel(self._problem, np.array(theta, np.float64), shard.data, starts, stops, blocks, plan.round, self._key,
                       self._counter, self._state, chunk_users(theta.size), encoding, counts):
             return None
         return shard.job.protocol.merge([encoding.block_partial(users, ones)
                                          for users, ones in zip((stops - starts).tolist(), counts)])
+
+
+def accumulator_shape(encoding: Any, dim: int) -> tuple[int, ...]:
+    """The shape of a block's accumulator (the encoding's `counts`: P_vec's ones and a sum's
+    units per coordinate, Girgis's histograms per level, index and bit), from its work arrays."""
+    return np.shape(encoding.counts(encoding.work(dim, 1)))
+
+
+_BLOCK_KERNELS: dict = {}  # (the encoding's class, the twin's class) → its block kernel, for this process
+
+
+def block_kernel(encoding: Any, twin: Any) -> Any:
+    """fused_kernel.block_kernel of a protocol's fused encoding and a compiled twin's gradients,
+    keyed by the sources of the functions it inlines (fused.stage_key)."""
+    kinds = (type(encoding), type(twin))
+    if kinds not in _BLOCK_KERNELS:
+        from pipeline.engine import fused_kernel
+
+        key = stage_key("blocks", (*encoding_functions(encoding), type(twin).gradients, pairwise_sum))
+        _BLOCK_KERNELS[kinds] = fused_kernel.block_kernel(*kinds, int(key[:15], 16))
+    return _BLOCK_KERNELS[kinds]
+
+
+class GivenInputs(NamedTuple):
+    """A compiled twin whose users' gradients are given, its data's columns themselves: the
+    audit's neighbouring inputs, encoded by the run's compiled encoding (encoded_blocks)."""
+
+    dim: int
+
+    def gradients(self, query, data, column, users, out):
+        """Data columns [column, column + users) into `out` in (coordinate, user) order."""
+        for coordinate in range(self.dim):
+            row = data[coordinate, column: column + users]
+            target = out[coordinate * users: (coordinate + 1) * users]
+            for user in range(users):
+                target[user] = row[user]
+
+
+def encoded_blocks(encoding: Any, inputs: np.ndarray, block_size: int, key: np.ndarray, round_index: int) -> list | None:
+    """A call's block partials on given inputs, as a fully interactive round's kernel encodes a
+    shard's blocks: block k is columns [k·block_size, (k + 1)·block_size), encoded from the stream
+    (ROUND_STREAM, round_index, k) of `key` (the kernel's norms, clip and randomizer: the code a
+    compiled run sends its users' messages with).
+
+    Args:
+      encoding: the protocol's fused encoding, with `counts` and `block_partial`.
+      inputs: (d, users) float64, C-contiguous.
+      block_size: users per block.
+      key: the Philox key (two uint64 words).
+      round_index: the streams' round word.
+
+    Returns:
+      Each block's partial (encoding.block_partial), or None if a block cannot finish (a value
+      not finite, a fixed-point overflow).
+    """
+    dim, users = inputs.shape
+    starts = np.arange(0, users, block_size, dtype=np.int64)
+    stops = np.minimum(starts + block_size, users)
+    counts = np.empty((starts.size, *accumulator_shape(encoding, dim)), np.int64)
+    from pipeline.engine import fused_kernel
+
+    twin = GivenInputs(dim)
+    kernel = block_kernel(encoding, twin)
+    state = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
+    if not kernel(twin, np.zeros(dim), inputs, starts, stops, np.arange(starts.size), round_index, key,
+                  counter(ROUND_STREAM, 0, 0), state, chunk_users(dim), encoding, counts):
+        return None
+    return [encoding.block_partial(int(size), row) for size, row in zip(stops - starts, counts)]
 
 
 def interactive_rounds(shard) -> InteractiveRounds | None:

@@ -34,8 +34,9 @@ def ship_plugins(job: RunJob) -> None:
     Called wherever the job is pickled again (driver, run task, shard actors):
     a class that arrived by value has no module there, so a stand-in module is
     registered under its name to keep it travelling by value. The optimizer's compiled
-    stages and the problem's compiled twin are named too: numba's cached kernel that calls them
-    loads by their module's name, and its key names the twin's class in that module."""
+    stages and the problem's compiled twin are named too, and the classes the plug-ins' methods
+    name (a protocol's fused encoding): numba's cached kernel that calls them loads by their
+    module's name, and its key names the twin's and the encoding's classes in that module."""
     updates = (stepper.compiled_update() for stepper in job.optimizer.steppers())
     stages = (stage for update in updates if update is not None for stage in (update.query, update.step, update.release))
     twin = job.problem.unsmoothed.compiled_problem()
@@ -51,8 +52,20 @@ def ship_by_value(objects) -> None:
             continue
         module = sys.modules.setdefault(kind.__module__, types.ModuleType(kind.__module__))
         cloudpickle.register_pickle_by_value(module)
-        if "." not in kind.__qualname__ and not hasattr(module, kind.__qualname__):
-            setattr(module, kind.__qualname__, kind)  # a stand-in: what pickles by name (numba's keys) finds it
+        for name, named in {kind.__qualname__: kind, **_module_classes(kind)}.items():
+            if "." not in name and not hasattr(module, name):
+                setattr(module, name, named)  # a stand-in: what pickles by name (numba's keys) finds it
+
+
+def _module_classes(kind: type) -> dict[str, type]:
+    """The classes of `kind`'s module that its methods name (a protocol's fused encoding, whose
+    kernel's cache key names it): arrived by value in their globals where the module is a stand-in."""
+    found = {}
+    for attribute in vars(kind).values():
+        for name, value in getattr(getattr(attribute, "__func__", attribute), "__globals__", {}).items():
+            if isinstance(value, type) and value.__module__ == kind.__module__:
+                found[name] = value
+    return found
 
 
 class _RayShard(Shard):

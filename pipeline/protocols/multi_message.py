@@ -118,6 +118,15 @@ class GirgisEncoding(NamedTuple):
         girgis.decode_compiled(self, work, batch, estimate)
         return True
 
+    def counts(self, work):
+        """The round's histograms (a fully interactive round's block partial, block_partial)."""
+        return work[3]
+
+    @staticmethod
+    def block_partial(users: int, counts: np.ndarray) -> Histograms:
+        """A block's partial from its histograms (encode_block's)."""
+        return Histograms(users, counts)
+
 
 # What the compiled twin reproduces: a subclass overriding one of these keeps the Python path.
 _TWINNED = ("plan", "planned", "encode_block", "finish", "decode", "released_count")

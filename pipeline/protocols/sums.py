@@ -156,12 +156,13 @@ def duchi_reports(inputs: np.ndarray, params: SumParams, rng: np.random.Generato
     return params.report_norm * sphere
 
 
-def _reports(params: SumParams, inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The block's reports as the users release them (before any central noise)."""
+def _reports(params: SumParams, inputs: np.ndarray, rng: np.random.Generator, noise: str | None) -> np.ndarray:
+    """The block's reports as the users release them (before any central noise), with the
+    protocol's `noise` (SumProtocol.noise)."""
     clip_l2(inputs, params.norm_bound)
-    if params.protocol == LocalL2.name:
+    if noise == "local":
         return duchi_reports(inputs, params, rng)
-    if params.protocol == ShuffleGaussian.name:
+    if noise == "user":
         return inputs + params.sigma * rng.standard_normal(inputs.shape)
     return inputs
 
@@ -305,9 +306,12 @@ class SumProtocol(Protocol):
 
     capabilities = frozenset({FIXED_NOISE})
     supports_sampling = True
-    # The compiled twin's noise (FusedSum): "none", "user" (each user adds σz),
-    # "central" (the analyzer adds σz) or "local" (Duchi et al.'s reports); None: no twin.
-    compiled_noise: ClassVar[str | None] = None
+    # The call's noise, which encode_block (_reports) and the compiled twin (FusedSum) add: "none",
+    # "user" (each user adds σz), "central" (the analyzer adds σz, in finish) or "local" (Duchi et
+    # al.'s reports); None: none of these (report_noisy_max: the optimizer's), and no twin. A
+    # subclass keeps its parent's noise whatever its name (once read by name, a renamed subclass
+    # of shuffle_gaussian sent its users' inputs bare).
+    noise: ClassVar[str | None] = None
 
     def plan(self, round_plan, dim: int) -> SumParams:
         """The parameters of one round's call (noise calibrated to the round's budget).
@@ -369,7 +373,7 @@ class SumProtocol(Protocol):
         total = np.zeros(params.dim)
         users = 0
         for chunk in chunks:
-            total += _reports(params, chunk, rng).sum(axis=1)
+            total += _reports(params, chunk, rng, self.noise).sum(axis=1)
             users += chunk.shape[1]
         units = np.rint(total / params.quantum)
         if np.any(np.abs(units) >= 2.0**62):
@@ -390,11 +394,11 @@ class SumProtocol(Protocol):
         return keeps_twin(self, "plans_per_budget", ("plan", "planned"))
 
     def fused_encoding(self, params: SumParams) -> FusedSum | None:
-        """The call's constants for the compiled twin, for a class that states its `compiled_noise`
+        """The call's constants for the compiled twin, for a class that states its `noise`
         (`none`, `central_gaussian`, `shuffle_gaussian`, `local_l2`) and a subclass that keeps
         what the twin reproduces, every user of the call answering (no sampling)."""
-        noise = self.compiled_noise
-        if noise is None or not keeps_twin(self, "compiled_noise", _REPRODUCED) or params.sampling != ALL:
+        noise = self.noise
+        if noise is None or not keeps_twin(self, "noise", _REPRODUCED) or params.sampling != ALL:
             return None
         local = noise == "local"
         return FusedSum(params.norm_bound, params.quantum, noise == "user", noise == "central", params.sigma, local,
@@ -405,7 +409,7 @@ class ExactSum(SumProtocol):
     """No privacy: the exact sum (the non-private baseline)."""
 
     name = "none"
-    compiled_noise = "none"
+    noise = "none"
     model = "none"
     supports_audit = False
     audit_refusal = "it is not private (its ledger spends ε = ∞): there is no claim to audit"
@@ -430,7 +434,7 @@ class CentralGaussian(SumProtocol):
     """
 
     name = "central_gaussian"
-    compiled_noise = "central"
+    noise = "central"
     model = "central"
     capabilities = frozenset({FIXED_NOISE, GAUSSIAN_SUM, CENTRAL_GAUSSIAN_NOISE})
 
@@ -458,7 +462,7 @@ class ShuffleGaussian(SumProtocol):
     the sum of the users' noises."""
 
     name = "shuffle_gaussian"
-    compiled_noise = "user"
+    noise = "user"
     model = "shuffle"
     capabilities = frozenset({FIXED_NOISE, GAUSSIAN_SUM})
 
@@ -506,7 +510,7 @@ class LocalL2(SumProtocol):
     """Duchi, Jordan, Wainwright's ε0-LDP ℓ2 randomizer, unshuffled (the local baseline)."""
 
     name = "local_l2"
-    compiled_noise = "local"
+    noise = "local"
     model = "local"
     supports_sampling = False  # a sampled local report has no amplification accounted here
 
