@@ -1,7 +1,7 @@
 """The audit's speed: trials of P_vec (n = 2,000, d = 1, ε = 1, tight) per second,
 against the protocol's own encoder in a bare loop (the ceiling of any audit that
-runs the protocol object once per trial) and in process against Ray (one worker
-vs all)."""
+runs the protocol object once per trial), in process against Ray (one worker
+vs all), and the compiled encoding a compiled run sends with against encode_block."""
 from __future__ import annotations
 
 import time
@@ -36,6 +36,11 @@ def run(size: str) -> dict[str, float]:
     began = time.perf_counter()
     audit.attack(call, 1e-6, local_trials, backend="local")
     local = local_trials / (time.perf_counter() - began)
+    compiled_call = audit.audited_call(CjmpVec("tight"), plan, 1, compiled=True)
+    audit.attack(compiled_call, 1e-6, 200, backend="local")  # numba compiles or loads its kernel outside the timing
+    began = time.perf_counter()
+    audit.attack(compiled_call, 1e-6, local_trials, backend="local")
+    compiled = local_trials / (time.perf_counter() - began)
     audit.attack(call, 1e-6, 2 * audit.BATCH if size != "smoke" else 1_000, backend="ray")  # Ray started, workers warm
     began = time.perf_counter()
     audit.attack(call, 1e-6, trials, backend="ray")
@@ -49,4 +54,5 @@ def run(size: str) -> dict[str, float]:
         "audit_local_trials_per_s": local,
         "audit_local_vs_bare_protocol": 2 * local / bare,  # 1: no overhead beyond the protocol's own calls
         "audit_ray_vs_local": ray / local,
+        "audit_compiled_vs_numpy": compiled / local,  # the compiled route's trials over encode_block's, in process
     }

@@ -230,6 +230,11 @@ class FusedRounds:
         self._draw_key = draw_key(self._twin)
         self._draw = fused_kernel.draw_kernel(type(self._twin), int(self._draw_key[:15], 16))
         self._kernels: dict[tuple, tuple] = {}  # (round kernel, its stage_key) by the functions it inlines
+        self._calls: dict[tuple, tuple] = {}  # _call's, by group (or round) and phase
+        self._plans_per_budget = shard.job.protocol.plans_per_budget()
+        self._chunk = chunk_users(shard.job.problem.dim)
+        # π is the ball's (ball_projection) for every problem with a twin; an envelope's is its base's
+        self._radius = shard.job.problem.unsmoothed.radius
         # Blocks drawn or being drawn: a round may straddle the last one and the next, and the
         # block after is drawn in a thread while the kernel (which releases the GIL) runs rounds.
         self._blocks: dict[int, Future] = {}
@@ -255,6 +260,22 @@ class FusedRounds:
             self._kernels[functions] = (self._kernel.round_kernel(type(encoding), update, type(twin), int(key[:15], 16)),
                                         key)
         return self._kernels[functions]
+
+    def _call(self, round_index: int, group_start: int, group: Any, optimizer: Any) -> tuple:
+        """What a window's kernel call needs that its group and phase fix: the optimizer's stages
+        (CompiledUpdate), the call's parameters and fused encoding, the problem's twin, the round
+        kernel and its stage_key. Made once per group and phase (per window's first round for a
+        protocol whose plan may read the round: Protocol.plans_per_budget), so that a window's
+        Python work is its arrays and its records."""
+        job = self._job
+        memo = (group_start if self._plans_per_budget else round_index, id(optimizer))
+        if memo not in self._calls:
+            update = optimizer.compiled_update()
+            params = job.protocol.planned(job.schedule.plan(round_index), job.problem.dim)
+            encoding = job.protocol.fused_encoding(params)
+            twin = self._problem(group.smoothing)
+            self._calls[memo] = (optimizer, update, params, encoding, twin, *self._round_kernel(encoding, update, twin))
+        return self._calls[memo][1:]  # the optimizer is kept: its id names it while it is here
 
     def _problem(self, smoothing: float) -> Any:
         """The kernel's `problem` of a group that smooths with `smoothing`: its compiled twin
@@ -300,19 +321,14 @@ class FusedRounds:
             began = time.perf_counter()  # the wait for the users' draw counts in the rounds' time
             data, data_first = self._window(first_user, first_user + (end - round_index) * batch, last_user)
             optimizer, running = job.optimizer.stepping(state)  # a window's rounds are in one group: one phase
-            update = optimizer.compiled_update()
+            update, params, encoding, twin, kernel, key = self._call(round_index, group_start, group, optimizer)
             theta, steps = running[0].copy(), np.array([running[-1]], np.int64)
             # The state's vectors between θ and t (CompiledUpdate): rows of one array the stages update in place.
             extra = np.array(running[1:1 + update.vectors], np.float64).reshape(update.vectors, problem.dim)
-            params = job.protocol.planned(schedule.plan(round_index), problem.dim)
             excess, population = np.empty(end - round_index), np.empty(end - round_index)
             window = (theta, extra, steps, data, data_first, self._key, self._counter)
-            rounds = (round_index, end - round_index, first_user, batch, job.block_size, chunk_users(problem.dim))
-            # π is the ball's (ball_projection) for every problem with a twin; an envelope's is its base's
-            twin = self._problem(group.smoothing)
-            step = (tuple(map(float, update.constants)), problem.unsmoothed.radius, twin, excess, population)
-            encoding = job.protocol.fused_encoding(params)
-            kernel, key = self._round_kernel(encoding, update, twin)
+            rounds = (round_index, end - round_index, first_user, batch, job.block_size, self._chunk)
+            step = (tuple(map(float, update.constants)), self._radius, twin, excess, population)
             done = kernel(*window, self._noise_counter, self._generator, *rounds, encoding, *step)
             _mark_built(key)
             running = type(running)(theta, *extra, int(steps[0]))
