@@ -24,8 +24,9 @@ answering user's s records as the shards do (`problems.records.choose_records`),
 accountant that lets client sampling hide a record whose client stands out is caught
 (issue 41: the withdrawn nested route).
 
-A run whose rounds are compiled (`engine.compiles`: its protocol's `fused_encoding`) sends its
-users' messages with the compiled encoding, not with encode_block: the audit attacks that code.
+A run whose rounds are compiled (`fused_interactive.encodes_compiled`: its protocol's
+`fused_encoding`) sends its users' messages with the compiled encoding, not with encode_block:
+the audit attacks that code.
 Where the call is every user of the population sending once (no sampling, user level, exact
 mode) and the encoding gives block partials (`counts`), each trial's blocks are encoded by the
 kernel a fully interactive round runs (`fused_interactive.encoded_blocks`: the kernel's norms,
@@ -50,7 +51,7 @@ from scipy import special, stats
 from pipeline import engine
 from pipeline.accounting.compositions import SEQUENTIAL
 from pipeline.accounting.ledger import PrivacyLedger
-from pipeline.engine.fused_interactive import encoded_blocks
+from pipeline.engine.fused_interactive import encoded_blocks, encodes_compiled
 from pipeline.engine.tasks import map_tasks
 from pipeline.errors import ConfigError
 from pipeline.problems.records import choose_records
@@ -133,8 +134,9 @@ def audited_call(protocol: Protocol, round_plan: RoundPlan, dim: int, block_size
       block_size: users per engine block.
       literal: the run's simulation is literal.
       params: the call's parameters (default: protocol.planned(round_plan, dim)).
-      compiled: the run's rounds are compiled (engine.compiles): the call is encoded by the
-        protocol's fused encoding where it gives block partials (see the module docstring).
+      compiled: the run sends this call's messages with the protocol's fused encoding
+        (fused_interactive.encodes_compiled): the audit does too where it gives block partials
+        (see the module docstring).
 
     Returns:
       The call.
@@ -398,8 +400,9 @@ def audit_run(planned, trials: int, seed: int = 0, alpha: float = 0.05) -> dict:
     """
     job, config = planned.job, planned.config
     round_plan = job.schedule.plan(0)
-    call = audited_call(job.protocol, round_plan, job.problem.dim, job.block_size,
-                        job.simulation == engine.LITERAL, compiled=engine.compiles(job))
+    params = job.protocol.planned(round_plan, job.problem.dim)
+    call = audited_call(job.protocol, round_plan, job.problem.dim, job.block_size, job.simulation == engine.LITERAL,
+                        params, encodes_compiled(job, round_plan, params))
     mode = job.protocol.accounting
     epsilon, delta = claimed_budget(job.protocol, call.params, round_plan, job.block_size, mode, job.unit)
     if not math.isfinite(epsilon):

@@ -388,3 +388,25 @@ def test_the_compiled_route_is_encode_block_on_the_same_streams_bit_for_bit(prot
             released = protocol_object.finish(params, protocol_object.merge(partials), rng)
             want.append(protocol_object.audit_statistic(params, released))
         assert compiled.tolist() == want, neighbour
+
+
+@pytest.mark.parametrize("problem,optimizer,compiled", [
+    ("quadratic", "seq_sgd", True),  # fused sequential rounds
+    ("absolute", "full_gd", True),  # compiled fully interactive rounds
+    ("absolute", "full_gd_smoothed", True),  # the envelope's twin: compiled fully interactive rounds
+    ("logistic", "full_gd", False),  # no compiled twin: encode_block
+    ("quadratic", "mean_estimation", False),  # the users send their data: encode_block
+])
+def test_the_audit_encodes_the_call_with_the_code_the_run_uses(problem, optimizer, compiled):
+    """fused_interactive.encodes_compiled says which code a run's first call sends with, and
+    audit_run's call is encoded by it (its `code`)."""
+    from pipeline.engine.fused_interactive import encodes_compiled
+
+    tree = {"problem": {"name": problem, "dim": 2}, "n_users": 600, "optimizer": {"name": optimizer},
+            "privacy": {"protocol": "shuffle_gaussian", "epsilon": 1.0, "delta": 1e-6, "accounting": "tight"},
+            "execution": {"backend": "local"}}
+    planned = planning.plan_run(config.expand(tree)[0])
+    plan = planned.job.schedule.plan(0)
+    assert encodes_compiled(planned.job, plan, planned.job.protocol.planned(plan, 2)) is compiled
+    found = audit.audit_run(planned, 200)
+    assert found["call"]["code"].startswith("compiled" if compiled else "numpy"), found["call"]

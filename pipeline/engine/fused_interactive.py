@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pipeline.engine.fused import encoding_functions, stage_key
+from pipeline.engine.fused import compiles, encoding_functions, fusable, stage_key
 from pipeline.engine.layout import ROUND_STREAM, chunk_users, counter, run_key
 from pipeline.numerics import pairwise_sum
 from pipeline.optimizers.base import RoundPlan
@@ -154,3 +154,13 @@ def interactive_rounds(shard) -> InteractiveRounds | None:
     held = shard.data is not None and shard.offsets is None
     twin = job.problem.compiled_problem() is not None
     return InteractiveRounds(shard) if held and twin and job.simulation == "exact" else None
+
+
+def encodes_compiled(job: Any, plan: RoundPlan, params: Any) -> bool:
+    """Whether a run sends its users' messages of the call at `plan` with the protocol's fused
+    encoding: its carried rounds are fused (fused.fusable), or its shards run compiled fully
+    interactive rounds (fused.compiles) and this round is one the block kernel reproduces
+    (InteractiveRounds.encoding, at one query point)."""
+    if fusable(job):
+        return True
+    return compiles(job) and InteractiveRounds.encoding(plan, params, np.zeros(job.problem.dim), job.protocol) is not None
