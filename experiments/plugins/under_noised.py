@@ -15,7 +15,9 @@ square); the default 10 is variance ÷ 100:
   of v (at small v its variance falls about as 1/v², so about ÷ shrink²).
 
 `experiments/plugins/skellam_sum.py` keeps its own under-noised copy. The randomizer-site
-copies must fail `python -m pipeline audit CONFIG` (tests/test_audit.py).
+copies must fail `python -m pipeline audit CONFIG` (tests/test_audit.py); the shuffle
+Gaussian's at shrink 100: the audit attacks the released sum, whose noise σ√n/10 still hides
+one user's move at shrink 10 (experiments/README.md, "Audit power").
 """
 from __future__ import annotations
 
