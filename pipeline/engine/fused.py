@@ -270,6 +270,8 @@ class FusedRounds:
         job = self._job
         memo = (group_start if self._plans_per_budget else round_index, id(optimizer))
         if memo not in self._calls:
+            if len(self._calls) >= 64:  # a plug-in's phase made anew at each `stepping` would add one a window
+                self._calls.clear()
             update = optimizer.compiled_update()
             params = job.protocol.planned(job.schedule.plan(round_index), job.problem.dim)
             encoding = job.protocol.fused_encoding(params)

@@ -2,8 +2,9 @@
 population sends its gradient at one query point, with a protocol whose fused encoding gives
 block partials (`counts`: P_vec, the sum protocols none, central_gaussian, shuffle_gaussian and
 local_l2, Girgis's linf, l2 and l1 randomizers, a plug-in's such as the Skellam sum's) in exact
-mode on a problem with a compiled twin (Problem.compiled_problem), as one call of a fused_kernel.block_kernel over the shard's held
-users instead of about 12 numpy passes (shared/DESIGN.md §5, "Fast paths are twins of the reference path").
+mode on a problem with a compiled twin (Problem.compiled_problem), as one call of a
+fused_kernel.block_kernel over the shard's held users instead of about 12 numpy passes
+(shared/DESIGN.md §5, "Fast paths are twins of the reference path").
 
 It is the twin of `Shard.python_partial_counts`: the same streams drawn in the same order
 and the same float operations, so the partial is the same integers on any CPU
@@ -35,7 +36,6 @@ class InteractiveRounds:
     def __init__(self, shard):
         from pipeline.engine import fused_kernel
 
-        self._kernel = fused_kernel
         self._shard = shard
         self._key = run_key(shard.job.seed)
         self._counter = counter(ROUND_STREAM, 0, 0)  # rewritten by the kernel for every block
@@ -131,12 +131,12 @@ def encoded_blocks(encoding: Any, inputs: np.ndarray, block_size: int, key: np.n
       Each block's partial (encoding.block_partial), or None if a block cannot finish (a value
       not finite, a fixed-point overflow).
     """
+    from pipeline.engine import fused_kernel
+
     dim, users = inputs.shape
     starts = np.arange(0, users, block_size, dtype=np.int64)
     stops = np.minimum(starts + block_size, users)
     counts = np.empty((starts.size, *accumulator_shape(encoding, dim)), np.int64)
-    from pipeline.engine import fused_kernel
-
     twin = GivenInputs(dim)
     kernel = block_kernel(encoding, twin)
     state = np.zeros(fused_kernel.STATE_WORDS, np.uint64)

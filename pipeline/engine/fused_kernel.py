@@ -157,9 +157,9 @@ def _mulhilo(typing_context, a, b):
 # The generator's per-draw steps are inlined where they are called (numba's IR inlining): a call
 # of another compiled function costs its array arguments' reference counts and stops LLVM's
 # optimizations at it. next_double took 27 ns a draw as a function of its own, 2.2 ns inlined
-# (numpy's `random()`, 3.3 ns); Girgis's fused round went from 27 to 14 µs. The samplers' rarely
-# taken paths call one compiled copy instead (_called_uint64), as each inlined copy adds to the
-# first compile.
+# (numpy's `random()`, 3.3 ns); Girgis's fused round went from 27 to 14 µs. Where a call's cost
+# matters little, samplers call one compiled copy instead (_called_uint64), as each inlined copy
+# adds to the first compile.
 inlined = njit(inline="always")
 
 
@@ -249,8 +249,9 @@ def next_double(state):
 
 @cached()
 def _called_uint64(state):
-    """next_uint64 as a call, for samplers' rarely taken paths: one compiled copy of the
-    generator, not one inlined at every use (each copy adds to the first compile)."""
+    """next_uint64 as a call, where a call's cost matters little (the binomial's samplers, drawn
+    a few times a block; the ziggurat's tail and the draws past its tape, 1% of normals): one
+    compiled copy of the generator, not one inlined at every use (each adds to the first compile)."""
     return next_uint64(state)
 
 
@@ -405,7 +406,7 @@ def _ptrs_constants(lam):
     return np.log(lam), b, -0.059 + 0.02483 * b, 1.1239 + 1.1328 / (b - 3.4), 0.9277 - 3.6224 / (b - 2)
 
 
-def _poisson(next_raw):
+def _poisson_samplers(next_raw):
     """numpy's two Poisson samplers over a source of raw outputs, `next_raw(source)` (as _ziggurat):
 
     product(source, threshold): random_poisson_mult, for 0 < λ < 10: uniforms multiplied until
@@ -447,7 +448,7 @@ def _poisson(next_raw):
     return product, ptrs
 
 
-_product_of_state, _ptrs_of_state = _poisson(next_uint64)
+_product_of_state, _ptrs_of_state = _poisson_samplers(next_uint64)
 
 
 @cached()
