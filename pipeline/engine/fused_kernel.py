@@ -469,13 +469,11 @@ def fill_poisson(state, lam, out):
 
 @cached()
 def poisson(state, lam):
-    """One Poisson(λ) draw, as `Generator.poisson(λ)` (numpy's random_poisson: none for λ = 0, the
-    product of uniforms below 10, PTRS from 10 on)."""
-    if lam >= 10:
-        return _ptrs_of_state(state, lam, _ptrs_constants(lam))
-    if lam == 0:
-        return np.int64(0)
-    return _product_of_state(state, np.exp(-lam))
+    """One Poisson(λ) draw, as `Generator.poisson(λ)`: fill_poisson's, whose branches are numpy's
+    random_poisson (none for λ = 0, the product of uniforms below 10, PTRS from 10 on)."""
+    out = np.empty(1, np.int64)
+    fill_poisson(state, lam, out)
+    return out[0]
 
 
 # numpy's ziggurat tables (distributions/ziggurat_constants.h), as numba's port of numpy's
