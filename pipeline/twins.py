@@ -8,7 +8,11 @@ identities in the engine.
 """
 from __future__ import annotations
 
+import hashlib
+import inspect
+import marshal
 import types
+from pathlib import Path
 from typing import Any, Iterable
 
 # Libraries whose functions numba types itself: never registered as a stage's helper.
@@ -32,8 +36,8 @@ def keeps_twin(instance: Any, twin: str, reproduced: Iterable[str]) -> bool:
 
 
 def called_functions(*roots: Any) -> list:
-    """`roots` and the plain Python functions they call by a global name or as a module's
-    attribute, recursively: what a
+    """`roots` and the plain Python functions they call by a global name, as a module's attribute
+    or from their closure, recursively: what a
     compiled twin's stage functions need compiled with them (a helper such as
     numerics.pairwise_sum), and the files a cached kernel's key must hash. numpy's and math's
     functions, which numba types itself, and pipeline.draws' declared draws, which the kernel
@@ -58,6 +62,9 @@ def called_functions(*roots: Any) -> list:
             candidates = [getattr(value, other, None) for other in names] if isinstance(value, types.ModuleType) \
                 else [value]
             pending.extend(called for called in candidates if _compiled_with_caller(called))
+        # a closure's functions (pipeline.optimizers.transforms.chain's stages call their transforms')
+        cells = [cell.cell_contents for cell in function.__closure__ or ()]
+        pending.extend(called for called in cells if _compiled_with_caller(called))
     return found
 
 
@@ -66,3 +73,22 @@ def _compiled_with_caller(value: Any) -> bool:
     math's (numba types those itself) nor a draw the kernel implements (pipeline.draws)."""
     return isinstance(value, types.FunctionType) and not getattr(value, "declared", False) \
         and (value.__module__ or "").split(".")[0] not in _TYPED_BY_NUMBA
+
+
+def stage_key(kind: str, functions: tuple) -> str:
+    """A compiled kernel's identity: its kind, the names of the functions it inlines (a protocol's
+    fused encoding's, an optimizer's stages, a problem's twin's) and of what they call
+    (twins.called_functions), and a hash of the files that define them (or, for a function shipped
+    by value to a Ray node without its file, of its bytecode): fused_kernel's cache key of the
+    kernel and the marker of its compilation."""
+    digest, seen = hashlib.sha256(kind.encode()), set()
+    for function in called_functions(*functions):
+        digest.update(f"{function.__module__}.{function.__qualname__}".encode())
+        try:
+            path = inspect.getsourcefile(function)
+            if path not in seen:
+                seen.add(path)
+                digest.update(Path(path).read_bytes())
+        except (OSError, TypeError):
+            digest.update(marshal.dumps(function.__code__))
+    return digest.hexdigest()

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from numba import njit
 
-from pipeline import cli, config, planning
+from pipeline import cli, config, planning, twins
 from pipeline.engine import fused
 from pipeline.engine import fused_kernel as philox  # its generator part
 from pipeline.numerics import column_norms, pairwise_sum
@@ -622,14 +622,14 @@ def test_a_new_pair_of_protocol_and_optimizer_stages_is_cached_only_once_it_has_
     draw_marker.touch()
     assert not fused.kernels_cached((_job(_tree(n_users=2_000, dim=3, block_size=256, name="pnsgd",
                                                  protocol="central_gaussian")),))
-    plugin = tmp_path / "my_momentum.py"
-    plugin.write_text((Path(__file__).resolve().parent.parent / "experiments/plugins/momentum_sgd.py").read_text())
-    job = _job(_tree(n_users=2_000, dim=3, block_size=256, name=f"{plugin}:MomentumSGD"))
+    plugin = tmp_path / "my_adagrad.py"  # its chain has a transform of its own, in this file
+    plugin.write_text((Path(__file__).resolve().parent.parent / "experiments/plugins/adagrad_norm.py").read_text())
+    job = _job(_tree(n_users=2_000, dim=3, block_size=256, name=f"{plugin}:AdaGradNorm"))
     twin = job.problem.compiled_problem()
     encoding = job.protocol.fused_encoding(job.protocol.planned(job.schedule.plan(0), job.problem.dim))
 
     def key():
-        return fused.stage_key("rounds", fused.kernel_functions(encoding, job.optimizer.compiled_update(), twin))
+        return twins.stage_key("rounds", fused.kernel_functions(encoding, job.optimizer.compiled_update(), twin))
 
     before = key()
     plugin.write_text(plugin.read_text() + "\n# an edit\n")

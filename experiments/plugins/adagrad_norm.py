@@ -13,10 +13,11 @@ estimates. Each round
 with η Theorem 4.1's step size and b²_0 = `initial_accumulator`; the output is the average of
 θ_0..θ_{T−1}, as P_SGD's. Theorem 4.1's rate is not claimed.
 
-The round is three stage functions (pipeline.optimizers.base.CompiledUpdate) and nothing else:
-its `query` and `update`, inherited (pipeline.optimizers.base.Staged), run them in Python, the
-engine's Python rounds compile them one by one, and the fused rounds into the engine's round
-loop, so every path computes the same bits from one source, with no package edit.
+The round is one new transform (`scale_by_norm_accumulator`, a dozen lines) chained with the
+package's (pipeline.optimizers.transforms, in the style of optax): its `query` and `update`,
+inherited (pipeline.optimizers.base.Staged), run the chain in Python, the engine's Python rounds
+compile its stages one by one, and the fused rounds into the engine's round loop, so every path
+computes the same bits from one source, with no package edit.
 """
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from pipeline.optimizers.averaged import point_query
 from pipeline.optimizers.base import CompiledUpdate
 from pipeline.optimizers.seq_sgd import SeqSGD
+from pipeline.optimizers.transforms import Transform, average, chain, sgd
 from pipeline.options import Option, real
 
 
@@ -74,36 +75,24 @@ class AdaGradNorm(SeqSGD):
         return {**super().hyperparameters(), "initial_accumulator": self.initial_accumulator}
 
     def stages(self) -> CompiledUpdate:
-        """The round: `query` and `update` (pipeline.optimizers.base.Staged) run these in Python."""
-        return CompiledUpdate(point_query, adagrad_norm_step, adagrad_norm_release, (float(self.step_size),), 2)
+        """The round, as transforms: ḡ/b_{t+1}, the step −η of it, the average released."""
+        return chain(scale_by_norm_accumulator(), sgd(self.step_size), average())
 
 
-# The round's stages, in numba's subset: state (θ, b², Σθ, t), extra = [b² in every coordinate, Σθ].
+def scale_by_norm_accumulator() -> Transform:
+    """b² ← b² + ‖direction‖², direction ← direction/b; one row, b² in every coordinate (the state's
+    rows are vectors)."""
+    return Transform((), 1, update=norm_accumulator_update)
 
-def adagrad_norm_step(constants, theta, extra, steps, mean, out):
-    """θ − η ḡ/b_{t+1}, b²_{t+1} = b²_t + ‖ḡ‖² (its squares added coordinate by coordinate)."""
+
+def norm_accumulator_update(constants, rows, steps, theta, direction, advance):
+    """direction/√(b² + ‖direction‖²), its squares added coordinate by coordinate; b² advanced too."""
     squared = 0.0
     for coordinate in range(theta.size):
-        squared += mean[coordinate] * mean[coordinate]
-    scale = constants[0] / np.sqrt(extra[0, 0] + squared)
+        squared += direction[coordinate] * direction[coordinate]
+    accumulator = rows[0, 0] + squared
+    root = np.sqrt(accumulator)
     for coordinate in range(theta.size):
-        out[coordinate] = theta[coordinate] - scale * mean[coordinate]
-
-
-def adagrad_norm_release(constants, theta, extra, steps, mean, projected, released):
-    """Releases (Σθ + θ)/(t + 1), then advances (θ, b², Σθ, t) to (π(step), b²_{t+1}, Σθ + θ, t + 1);
-    False, the state untouched, if not finite."""
-    for coordinate in range(theta.size):
-        released[coordinate] = (extra[1, coordinate] + theta[coordinate]) / (steps[0] + 1)
-        if not np.isfinite(released[coordinate]):
-            return False
-    squared = 0.0
-    for coordinate in range(theta.size):
-        squared += mean[coordinate] * mean[coordinate]
-    accumulator = extra[0, 0] + squared
-    steps[0] += 1
-    for coordinate in range(theta.size):
-        extra[0, coordinate] = accumulator
-        extra[1, coordinate] = extra[1, coordinate] + theta[coordinate]
-        theta[coordinate] = projected[coordinate]
-    return True
+        direction[coordinate] = direction[coordinate] / root
+        if advance:
+            rows[0, coordinate] = accumulator

@@ -15,9 +15,9 @@ constant gradient equal to η. The output is the average of θ_0..θ_{T−1}, as
 P_SGD's. Momentum is post-processing of the analyzer's estimates, so privacy
 is unchanged; Theorem 4.1's rate is not claimed for μ > 0.
 
-Its round is written once, as the built-in optimizers' are: three stage functions here, which
-its inherited `query` and `update` run in Python and the engine compiles (cached by numba, keyed
-by this file's source). Nothing in the package names this file.
+Its round is written once, as the built-in optimizers' are: transforms composed by `chain`
+(pipeline.optimizers.transforms, in the style of optax), which its inherited `query` and `update`
+run in Python and the engine compiles. Nothing in the package names this file.
 """
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from pipeline.optimizers.averaged import point_query
 from pipeline.optimizers.base import CompiledUpdate
 from pipeline.optimizers.seq_sgd import SeqSGD
+from pipeline.optimizers.transforms import average, chain, scale, trace
 from pipeline.options import Option, real
 
 
@@ -75,32 +75,6 @@ class MomentumSGD(SeqSGD):
         return {**super().hyperparameters(), "momentum": self.momentum}
 
     def stages(self) -> CompiledUpdate:
-        """The round (the stages below): `query` and `update` (pipeline.optimizers.base.Staged) run them
-        in Python, and the engine compiles them, with no package edit."""
-        return CompiledUpdate(point_query, momentum_step, momentum_release, (self.step_size, self.momentum), 2)
-
-
-# The round's stages (pipeline.optimizers.base.CompiledUpdate), in numba's subset: state (θ, v, Σθ, t),
-# extra = [v, Σθ]. tests/oracles/optimizers.py holds the same round in numpy, the tests' oracle.
-
-def momentum_step(constants, theta, extra, steps, mean, out):
-    """θ − η(1 − μ)(μv + ḡ), before the projection."""
-    rate, momentum = constants[0], constants[1]
-    factor = rate * (1.0 - momentum)
-    for coordinate in range(theta.size):
-        out[coordinate] = theta[coordinate] - factor * (momentum * extra[0, coordinate] + mean[coordinate])
-
-
-def momentum_release(constants, theta, extra, steps, mean, projected, released):
-    """Releases (Σθ + θ)/(t + 1), then advances (θ, v, Σθ, t) to (π(step), μv + ḡ, Σθ + θ, t + 1)."""
-    momentum = constants[1]
-    for coordinate in range(theta.size):
-        released[coordinate] = (extra[1, coordinate] + theta[coordinate]) / (steps[0] + 1)
-        if not np.isfinite(released[coordinate]):
-            return False
-    steps[0] += 1
-    for coordinate in range(theta.size):
-        extra[0, coordinate] = momentum * extra[0, coordinate] + mean[coordinate]
-        extra[1, coordinate] = extra[1, coordinate] + theta[coordinate]
-        theta[coordinate] = projected[coordinate]
-    return True
+        """The round, as transforms: v ← μv + ḡ, the step −η(1 − μ)v, the average released. `query` and
+        `update` (pipeline.optimizers.base.Staged) run it in Python; the engine compiles it."""
+        return chain(trace(self.momentum), scale(-(self.step_size * (1.0 - self.momentum))), average())

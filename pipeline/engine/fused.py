@@ -22,9 +22,6 @@ by its rounds (timing each round inside the compiled loop would slow it).
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import inspect
-import marshal
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -40,7 +37,7 @@ from pipeline.errors import NonFiniteError
 from pipeline.numerics import pairwise_sum
 from pipeline.optimizers.base import RoundGroup, gradient_problem
 from pipeline.protocols.base import GRADIENTS
-from pipeline.twins import called_functions
+from pipeline.twins import stage_key
 
 # What a group must leave at its defaults to be fused: every user of a contiguous batch
 # sends one gradient, with no sampling, dropouts or records (a phase's smoothing is its problem's).
@@ -111,25 +108,6 @@ def kernels_cached(jobs: tuple = ()) -> bool:
             for optimizer in job.optimizer.steppers()}
     keys |= {draw_key(job.problem.unsmoothed.compiled_problem()) for job in jobs if fusable(job)}
     return all(_marker(key).exists() and _marker(key).stat().st_mtime > source for key in keys)
-
-
-def stage_key(kind: str, functions: tuple) -> str:
-    """A compiled kernel's identity: its kind, the names of the functions it inlines (a protocol's
-    fused encoding's, an optimizer's stages, a problem's twin's) and of what they call
-    (twins.called_functions), and a hash of the files that define them (or, for a function shipped
-    by value to a Ray node without its file, of its bytecode): fused_kernel's cache key of the
-    kernel and the marker of its compilation."""
-    digest, seen = hashlib.sha256(kind.encode()), set()
-    for function in called_functions(*functions):
-        digest.update(f"{function.__module__}.{function.__qualname__}".encode())
-        try:
-            path = inspect.getsourcefile(function)
-            if path not in seen:
-                seen.add(path)
-                digest.update(Path(path).read_bytes())
-        except (OSError, TypeError):
-            digest.update(marshal.dumps(function.__code__))
-    return digest.hexdigest()
 
 
 def kernel_functions(encoding: Any, update: Any, twin: Any) -> tuple:

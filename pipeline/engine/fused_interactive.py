@@ -17,7 +17,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from pipeline.engine.fused import compiles, encoding_functions, fusable, stage_key
+from pipeline.engine.fused import compiles, encoding_functions, fusable
+from pipeline.twins import stage_key
 from pipeline.engine.layout import ROUND_STREAM, chunk_users, counter, run_key
 from pipeline.numerics import pairwise_sum
 from pipeline.optimizers.base import RoundPlan
@@ -89,7 +90,7 @@ _BLOCK_KERNELS: dict = {}  # (the encoding's class, the twin's class) → its bl
 
 def block_kernel(encoding: Any, twin: Any) -> Any:
     """fused_kernel.block_kernel of a protocol's fused encoding and a compiled twin's gradients,
-    keyed by the sources of the functions it inlines (fused.stage_key)."""
+    keyed by the sources of the functions it inlines (twins.stage_key)."""
     kinds = (type(encoding), type(twin))
     if kinds not in _BLOCK_KERNELS:
         from pipeline.engine import fused_kernel

@@ -14,7 +14,7 @@ machine code next to this file (or under NUMBA_CACHE_DIR). Its cache is keyed by
 that defines a kernel, not by what it calls: the generator lives here too, so that an edit to
 it can never leave a cached kernel built from the old one, and a kernel that inlines functions
 of other files (the stages, the twins', numerics' sums) holds a hash of those files in its key
-(round_kernel, block_kernel, fused.stage_key). This is the one module that imports numba.
+(round_kernel, block_kernel, twins.stage_key). This is the one module that imports numba.
 
 The generator's state is one uint64 array of STATE_WORDS words, as numpy's
 `philox_state`: the counter (4), the key (2), the buffer of the last block's four outputs
@@ -43,7 +43,7 @@ from numba.np.random.distributions import _binomial_btpe_squeeze
 
 from pipeline import draws
 from pipeline.numerics import pairwise_sum
-from pipeline.twins import called_functions
+from pipeline.twins import called_functions, stage_key
 
 
 # --- numba's on-disk cache, safe across processes -------------------------------------------
@@ -838,7 +838,7 @@ def round_kernel(encoding: type, update, twin: type, tag: int):
       twin: the class of the problem's compiled twin (pipeline.problems.base), whose `gradients`
         and `losses` the kernel inlines.
       tag: a hash of the sources of all these functions and what they call below 2⁶⁰
-        (fused.stage_key): numba keys a cached kernel by the file that defines it, not by what it
+        (twins.stage_key): numba keys a cached kernel by the file that defines it, not by what it
         calls, so an edit to those files must change the key to compile it again.
 
     Returns:
@@ -857,7 +857,7 @@ def round_kernel(encoding: type, update, twin: type, tag: int):
 def block_kernel(encoding: type, twin: type, tag: int):
     """A fully interactive round's kernel over a shard's blocks (_blocks) for a protocol's fused
     encoding and a problem's compiled twin, built and cached as round_kernel's (`tag`:
-    fused.stage_key of their functions)."""
+    twins.stage_key of their functions)."""
     key = ("blocks", encoding, twin, tag)
     if key not in _BUILT:
         _BUILT[key] = _keyed(_blocks(), "blocks", (encoding, twin), tag)
@@ -866,7 +866,7 @@ def block_kernel(encoding: type, twin: type, tag: int):
 
 def draw_kernel(twin: type, tag: int):
     """The compiled draw of a block's users by a problem's compiled twin (its class's `draw`),
-    built and cached as round_kernel's (`tag`: fused.stage_key of the twin's draw)."""
+    built and cached as round_kernel's (`tag`: twins.stage_key of the twin's draw)."""
     key = ("draw", twin, tag)
     if key not in _BUILT:
         @njit(nogil=True)  # nogil: the next block's users are drawn while the kernel runs
@@ -887,15 +887,21 @@ def _keyed(kernel, kind: str, parts: tuple, tag: int):
 def compiled_stages(update) -> tuple:
     """An optimizer's stages (CompiledUpdate) compiled one by one, for the rounds the engine runs in
     Python (pipeline.engine.rounds): the functions the round kernels inline, called here with the
-    problem's own projection between the step and the release. numba caches each by its file;
-    a stage shipped by value to a node without its file compiles in each process.
+    problem's own projection between the step and the release. Each is cached on disk as the
+    kernels are (_keyed, by twins.stage_key of it and what it calls: a chain's stages call its
+    transforms, in other files); a stage shipped by value to a node without its file compiles in
+    each process.
 
     Returns:
       (query, step, release), compiled.
     """
     for stage in (update.query, update.step, update.release):
         if stage not in _ALONE:
-            _ALONE[stage] = (cached() if os.path.isfile(stage.__code__.co_filename) else njit)(stage)
+            jitable(stage)
+            compiled = njit(stage)
+            if os.path.isfile(stage.__code__.co_filename):
+                compiled = _keyed(compiled, "stage", (stage,), stage_key("stage", (stage,)))
+            _ALONE[stage] = compiled
     return _ALONE[update.query], _ALONE[update.step], _ALONE[update.release]
 
 

@@ -8,6 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pipeline.optimizers.base import CompiledUpdate, Optimizer, Staged
+from pipeline.optimizers.transforms import average, chain, sgd
 
 
 class AveragedState(NamedTuple):
@@ -36,34 +37,7 @@ class AveragedProjectedDescent(Staged, Optimizer):
         return state.theta_sum / state.steps if state.steps else state.theta
 
     def stages(self) -> CompiledUpdate:
-        """query θ; step θ − ηḡ; release the average, then (π(step), Σθ + θ, t + 1): the stages below."""
-        return CompiledUpdate(point_query, gradient_step, averaged_release, (self.step_size,), 1)
+        """query θ; step θ − ηḡ; release the average before the step, then (π(step), Σθ + θ, t + 1)."""
+        return chain(sgd(self.step_size), average())
 
 
-# The compiled round's stages (Optimizer.compiled_update), in numba's subset: state (θ, Σθ, t).
-
-def point_query(constants, theta, extra, steps, out):
-    """The query is θ itself (AveragedProjectedDescent.query)."""
-    for coordinate in range(theta.size):
-        out[coordinate] = theta[coordinate]
-
-
-def gradient_step(constants, theta, extra, steps, mean, out):
-    """θ − η·ḡ, η = constants[0] (AveragedProjectedDescent.update before the projection)."""
-    rate = constants[0]
-    for coordinate in range(theta.size):
-        out[coordinate] = theta[coordinate] - rate * mean[coordinate]
-
-
-def averaged_release(constants, theta, extra, steps, mean, projected, released):
-    """Releases (Σθ + θ)/(t + 1), the average before the step (`output` after `update`), then
-    advances (θ, Σθ, t) to (π(step), Σθ + θ, t + 1); False, the state untouched, if not finite."""
-    for coordinate in range(theta.size):
-        released[coordinate] = (extra[0, coordinate] + theta[coordinate]) / (steps[0] + 1)
-        if not np.isfinite(released[coordinate]):
-            return False
-    steps[0] += 1
-    for coordinate in range(theta.size):
-        extra[0, coordinate] = extra[0, coordinate] + theta[coordinate]
-        theta[coordinate] = projected[coordinate]
-    return True

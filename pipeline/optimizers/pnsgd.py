@@ -11,9 +11,9 @@ from pipeline import accounting as privacy  # submodules load on first use: shar
 from pipeline.accounting.compositions import FINAL_ITERATE
 from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
-from pipeline.optimizers.averaged import gradient_step, point_query
 from pipeline.optimizers.base import CompiledUpdate, Optimizer, RoundGroup, Schedule, Staged
 from pipeline.optimizers.sampled_sgd import LastIterateState
+from pipeline.optimizers.transforms import chain, last_iterate, sgd
 from pipeline.problems.base import Problem
 from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE
 
@@ -106,17 +106,4 @@ class PNSGD(Staged, Optimizer):
 
     def stages(self) -> CompiledUpdate:
         """query θ; step θ − ηḡ; release π(step), the last iterate: (π(step), t + 1)."""
-        return CompiledUpdate(point_query, gradient_step, last_release, (self.step_size,), 0)
-
-
-def last_release(constants, theta, extra, steps, mean, projected, released):
-    """The compiled round's release (Optimizer.compiled_update), state (θ, t): the last iterate
-    π(step) itself (PNSGD.output after update); False, the state untouched, if not finite."""
-    for coordinate in range(theta.size):
-        released[coordinate] = projected[coordinate]
-        if not np.isfinite(released[coordinate]):
-            return False
-    steps[0] += 1
-    for coordinate in range(theta.size):
-        theta[coordinate] = projected[coordinate]
-    return True
+        return chain(sgd(self.step_size), last_iterate())

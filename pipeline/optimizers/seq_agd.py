@@ -13,6 +13,7 @@ from pipeline.optimizers import theory
 from pipeline.optimizers.base import (STATE_FUNCTIONS, CompiledUpdate, Optimizer, RoundGroup, Schedule, Staged,
                                       best_batch_size, protocol_mean_mse)
 from pipeline.problems.base import Problem
+from pipeline.optimizers.transforms import Transform, chain
 from pipeline.problems.smoothed import MoreauSmoothed, require_prox
 
 PAPER, CALIBRATED = "paper", "calibrated"
@@ -170,7 +171,7 @@ class SeqAGD(Staged, Optimizer):
     def stages(self) -> CompiledUpdate:
         """AC-SA's round (Lan 2012; seed 000 Algorithm 4): the stages below, L_t = curvature_scale/(t + 1)
         (a subclass that changes `curvature` changes `stages` with it)."""
-        return CompiledUpdate(acsa_query, acsa_step, acsa_release, (self.curvature_scale,), 1)
+        return chain(acsa_step(self.curvature_scale), acsa_aggregate())
 
     def theory_rate(self) -> float:
         return theory.seq_agd_rate(self.problem, self.n_users, self.epsilon, self.delta)
@@ -179,34 +180,41 @@ class SeqAGD(Staged, Optimizer):
         return {"batch_size": self.batch_size, "rounds": self.rounds, "sigma": self.sigma}
 
 
-# The compiled round's stages (Optimizer.compiled_update), in numba's subset: state (θ, θ^ag, t),
-# α_t = 2/(t + 2) and L_t = constants[0]/(t + 1) (SeqAGD.query, update and curvature).
+# AC-SA's transforms (pipeline.optimizers.transforms), in numba's subset: α_t = 2/(t + 2) and
+# L_t = constants[0]/(t + 1) (SeqAGD.curvature); rows[0] = θ^ag.
 
-def acsa_query(constants, theta, extra, steps, out):
+def acsa_step(curvature_scale: float) -> Transform:
+    """direction ← −direction/L_t: the step θ − ḡ/L_t (Lan 2012's AC-SA; seed 000, Algorithm 4)."""
+    return Transform((curvature_scale,), 0, update=inverse_curvature_update)
+
+
+def acsa_aggregate() -> Transform:
+    """AC-SA's query αθ + (1 − α)θ^ag and release θ^ag ← απ(step) + (1 − α)θ^ag; one row, θ^ag."""
+    return Transform((), 1, query=acsa_query, release=acsa_release)
+
+
+def inverse_curvature_update(constants, rows, steps, theta, direction, advance):
+    """direction ← −direction/L_t."""
+    for coordinate in range(theta.size):
+        direction[coordinate] = -(direction[coordinate] / (constants[0] / (steps[0] + 1)))
+
+
+def acsa_query(constants, rows, steps, theta, out):
     """αθ + (1 − α)θ^ag (SeqAGD.query)."""
     alpha = 2.0 / (steps[0] + 2)
     for coordinate in range(theta.size):
-        out[coordinate] = alpha * theta[coordinate] + (1.0 - alpha) * extra[0, coordinate]
+        out[coordinate] = alpha * theta[coordinate] + (1.0 - alpha) * rows[0, coordinate]
 
 
-def acsa_step(constants, theta, extra, steps, mean, out):
-    """θ − ḡ/L_t (SeqAGD.update before the projection)."""
-    for coordinate in range(theta.size):
-        out[coordinate] = theta[coordinate] - mean[coordinate] / (constants[0] / (steps[0] + 1))
-
-
-def acsa_release(constants, theta, extra, steps, mean, projected, released):
-    """Releases θ^ag ← απ(step) + (1 − α)θ^ag (SeqAGD.output after update), then advances the state;
-    False, the state untouched, if not finite."""
+def acsa_release(constants, rows, steps, theta, projected, released):
+    """Releases θ^ag ← απ(step) + (1 − α)θ^ag and keeps it; False, θ^ag untouched, if not finite."""
     alpha = 2.0 / (steps[0] + 2)
     for coordinate in range(theta.size):
-        released[coordinate] = alpha * projected[coordinate] + (1.0 - alpha) * extra[0, coordinate]
+        released[coordinate] = alpha * projected[coordinate] + (1.0 - alpha) * rows[0, coordinate]
         if not np.isfinite(released[coordinate]):
             return False
-    steps[0] += 1
     for coordinate in range(theta.size):
-        extra[0, coordinate] = released[coordinate]
-        theta[coordinate] = projected[coordinate]
+        rows[0, coordinate] = released[coordinate]
     return True
 
 

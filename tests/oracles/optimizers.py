@@ -50,12 +50,12 @@ def momentum_update(optimizer, state, noisy_mean: np.ndarray):
 
 
 def adagrad_norm_update(optimizer, state, noisy_mean: np.ndarray):
-    """experiments/plugins/adagrad_norm.py: b² ← b² + ‖ḡ‖² (squares added in order), θ ← π(θ − ηḡ/b),
+    """experiments/plugins/adagrad_norm.py: b² ← b² + ‖ḡ‖² (squares added in order), θ ← π(θ − η(ḡ/b)),
     Σθ gains θ, t + 1 (b² is held in every coordinate of a vector)."""
     squared = 0.0
     for value in noisy_mean:
         squared += value * value
     accumulator = state.accumulator[0] + squared
-    theta = optimizer.problem.project(state.theta - optimizer.step_size / np.sqrt(accumulator) * noisy_mean)
+    theta = optimizer.problem.project(state.theta - optimizer.step_size * (noisy_mean / np.sqrt(accumulator)))
     return type(state)(theta, np.full_like(state.accumulator, accumulator), state.theta_sum + state.theta,
                        state.steps + 1)

@@ -1,0 +1,131 @@
+"""An optimizer's round as transforms composed by `chain` (pipeline.optimizers.transforms): each
+chain's stages, in Python and compiled one by one as the engine's Python rounds compile them, equal
+the round written in numpy here; a rejected round leaves every row as it was; chains of different
+shapes never share compiled code. The built-in optimizers' and the plug-ins' chains are checked
+against tests/oracles/optimizers.py in tests/test_stage_oracles.py, and compiled into the round
+loop in tests/test_fused.py and tests/test_plugins.py."""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+from pipeline.engine.rounds import compiled_stages
+from pipeline.optimizers.base import stage_arrays, stage_query, stage_round
+from pipeline.optimizers.transforms import Transform, average, chain, last_iterate, scale, sgd, trace
+
+RATE, MOMENTUM, RADIUS = 0.3, 0.7, 1.0
+
+
+def _project(step: np.ndarray) -> np.ndarray:
+    norm = np.linalg.norm(step)
+    return step if norm <= RADIUS else step * (RADIUS / norm)
+
+
+def _momentum_then_step(theta, rows, steps, mean):
+    """chain(trace(μ), sgd(η), average()) in numpy: v ← μv + ḡ, θ ← π(θ − ηv), Σθ gains θ."""
+    velocity = MOMENTUM * rows[0] + mean
+    return _project(theta + -RATE * velocity), [velocity, rows[1] + theta], (rows[1] + theta) / (steps + 1)
+
+
+def _step_then_momentum(theta, rows, steps, mean):
+    """chain(sgd(η), trace(μ), average()) in numpy: v ← μv − ηḡ, θ ← π(θ + v), Σθ gains θ."""
+    velocity = MOMENTUM * rows[0] + -RATE * mean
+    return _project(theta + velocity), [velocity, rows[1] + theta], (rows[1] + theta) / (steps + 1)
+
+
+def _scaled_last(theta, rows, steps, mean):
+    """chain(scale(2), sgd(η), last_iterate()) in numpy: θ ← π(θ − η·2ḡ), released as it is."""
+    after = _project(theta + -RATE * (2.0 * mean))
+    return after, [], after
+
+
+def _state(*values):
+    """A state tuple (θ, the rows, t) of the NamedTuple kind the optimizers' states are."""
+    return collections.namedtuple("State", [f"v{index}" for index in range(len(values))])(*values)
+
+
+def _theta(constants, rows, steps, theta, out):
+    out[:] = theta
+
+
+CHAINS = {
+    "momentum, then the step": (lambda: chain(trace(MOMENTUM), sgd(RATE), average()), _momentum_then_step),
+    "the step, then momentum": (lambda: chain(sgd(RATE), trace(MOMENTUM), average()), _step_then_momentum),
+    "scaled, the last iterate": (lambda: chain(scale(2.0), sgd(RATE), last_iterate()), _scaled_last),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CHAINS))
+def test_a_chain_is_its_transforms_in_order_in_python_and_compiled(case):
+    build, numpy_round = CHAINS[case]
+    update = build()
+    compiled = compiled_stages(update)
+    rng = np.random.default_rng(7)
+    for trial in range(30):
+        scale_of = 3.0 if trial % 2 else 0.2  # outside the ball and inside it
+        theta = rng.normal(scale=scale_of, size=4)
+        rows = [rng.normal(size=4) for _ in range(update.vectors)]
+        steps = int(rng.integers(0, 50))
+        mean = rng.normal(scale=scale_of, size=4)
+        state = _state(theta, *rows, steps)
+        expected_theta, expected_rows, expected_release = numpy_round(theta, rows, steps, mean)
+        for functions in (None, compiled[1:]):
+            arrays = stage_arrays(update, state)
+            assert np.array_equal(stage_query(update, arrays, None if functions is None else compiled[0]), theta)
+            after, released = stage_round(update, state, arrays, mean, _project, functions)
+            assert np.array_equal(after[0], expected_theta) and after[-1] == steps + 1
+            assert all(np.array_equal(a, b) for a, b in zip(after[1:-1], expected_rows, strict=True))
+            assert np.array_equal(released, expected_release)
+
+
+def test_a_rejected_round_leaves_every_row_as_it_was():
+    """The release is not finite: the momentum's row, which its update advances only once the round
+    is accepted, stays, as θ and t do."""
+    update = chain(trace(MOMENTUM), sgd(RATE), last_iterate())
+    state = _state(np.full(3, 0.1), np.full(3, 0.5), 4)
+    for functions in (None, compiled_stages(update)[1:]):
+        arrays = stage_arrays(update, state)
+        after, released = stage_round(update, state, arrays, np.array([np.nan, 1.0, 1.0]), _project, functions)
+        assert after is None and np.isnan(released).any()
+        theta, extra, steps = arrays
+        assert np.array_equal(theta, state[0]) and np.array_equal(extra[0], state[1]) and steps[0] == 4
+
+
+@pytest.mark.parametrize("transforms, counts", [
+    ((sgd(RATE),), (0, 0)),
+    ((sgd(RATE), average(), last_iterate()), (2, 0)),
+    ((Transform(query=_theta), Transform(query=_theta), average()), (1, 2)),
+])
+def test_a_chain_takes_one_release_and_at_most_one_query(transforms, counts):
+    with pytest.raises(ValueError, match=f"exactly one transform with a release and at most one with a query; "
+                                         f"got {counts[0]} and {counts[1]}"):
+        chain(*transforms)
+
+
+def test_chains_of_one_shape_share_their_stages_and_of_two_shapes_do_not():
+    """The engine keys compiled code by the stage functions and numba's disk cache by their names: one
+    shape, one set of functions, whatever the constants; shapes that differ only in where a
+    transform's rows lie (a transform that only holds a row, before the momentum) are named apart."""
+    first, again = chain(trace(0.5), sgd(0.1), average()), chain(trace(0.9), sgd(2.0), average())
+    assert first[:3] == again[:3] and first.constants != again.constants
+    shifted = chain(Transform((), 1), trace(0.5), sgd(0.1), average())
+    assert {f.__qualname__ for f in shifted[:3]}.isdisjoint(f.__qualname__ for f in first[:3])
+
+
+def test_a_chain_whose_rows_only_shift_loads_its_own_compiled_code():
+    """Compiled one after the other in one process, each chain's stages are saved to and looked up in
+    numba's disk cache: a chain that holds an extra row before the momentum must not load the
+    other's machine code, which reads the momentum from the wrong row."""
+    plain = chain(trace(MOMENTUM), sgd(RATE), average())
+    shifted = chain(Transform((), 1), trace(MOMENTUM), sgd(RATE), average())
+    theta, velocity, theta_sum, spare = np.full(3, 0.1), np.full(3, 0.4), np.full(3, 0.2), np.full(3, -9.0)
+    mean = np.array([0.3, -0.2, 0.1])
+    compiled_plain, compiled_shifted = compiled_stages(plain), compiled_stages(shifted)
+    state = _state(theta, velocity, theta_sum, 0)
+    plain_after, _ = stage_round(plain, state, stage_arrays(plain, state), mean, _project, compiled_plain[1:])
+    state = _state(theta, spare, velocity, theta_sum, 0)
+    shifted_after, _ = stage_round(shifted, state, stage_arrays(shifted, state), mean, _project, compiled_shifted[1:])
+    assert np.array_equal(shifted_after[0], plain_after[0]) and np.array_equal(shifted_after[1], spare)
+    assert np.array_equal(shifted_after[2], plain_after[1])
