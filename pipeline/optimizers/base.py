@@ -69,11 +69,11 @@ STATE_FUNCTIONS = ("init", "start", "query", "update", "output")
 
 
 class CompiledUpdate(NamedTuple):
-    """An optimizer's round as the compiled rounds run it: three stage functions, written once in
-    the optimizer's own module in numba's subset of Python (loops over coordinates, no numpy
-    calls beyond np.isfinite and np.sqrt), which the one compiling module compiles into its
-    round loop (pipeline.engine.fused_kernel.round_kernel); a plug-in's compile the same way,
-    with no package edit.
+    """An optimizer's round as the compiled rounds run it: three stage functions in numba's subset
+    of Python (loops over coordinates, no numpy calls beyond np.isfinite and np.sqrt), which the
+    one compiling module compiles into its round loop (pipeline.engine.fused_kernel.round_kernel);
+    a plug-in's compile the same way, with no package edit. The optimizers build theirs from
+    transforms written once in the family that owns them (pipeline.optimizers.transforms.chain).
 
     The state they share is the optimizer's state tuple (θ, v_1, …, v_k, t) as arrays: θ and a
     (k, d) array `extra` of the vectors between (k = 0 for (θ, t)), and steps = [t]. Each round:

@@ -157,7 +157,7 @@ def _build(shape: tuple) -> tuple[Callable, Callable, Callable]:
     # update's row advances from the direction the updates before it left), to advance the rows.
     keeps_rows = any(row < row_stop for _, _, _, row, row_stop in updates)
 
-    def query(constants, theta, extra, steps, out):
+    def query(constants, theta, extra, steps, out):  # a function of this chain's own, named by _named
         pick_query(constants, theta, extra, steps, out)
 
     def step(constants, theta, extra, steps, mean, out):
@@ -187,12 +187,14 @@ def _theta_query(constants, theta, extra, steps, out):
 
 
 def _sliced_query(query, first, stop, row, row_stop):
+    """A transform's query, given its own constants [first, stop) and rows [row, row_stop)."""
     def sliced(constants, theta, extra, steps, out):
         query(constants[first:stop], extra[row:row_stop], steps, theta, out)
     return sliced
 
 
 def _sliced_release(release, first, stop, row, row_stop):
+    """A transform's release, given its own constants [first, stop) and rows [row, row_stop)."""
     def sliced(constants, theta, extra, steps, projected, released):
         return release(constants[first:stop], extra[row:row_stop], steps, theta, projected, released)
     return sliced
