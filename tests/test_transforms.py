@@ -7,15 +7,23 @@ loop in tests/test_fused.py and tests/test_plugins.py."""
 from __future__ import annotations
 
 import collections
+import re
+import textwrap
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import yaml
 import pytest
 
+from pipeline import cli, config, engine, planning
 from pipeline.engine.rounds import compiled_stages
+from pipeline.engine.shard import Shard
 from pipeline.optimizers.base import stage_arrays, stage_query, stage_round
 from pipeline.optimizers.transforms import Transform, average, chain, last_iterate, scale, sgd, trace
 
 RATE, MOMENTUM, RADIUS = 0.3, 0.7, 1.0
+README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def _project(step: np.ndarray) -> np.ndarray:
@@ -129,3 +137,48 @@ def test_a_chain_whose_rows_only_shift_loads_its_own_compiled_code():
     shifted_after, _ = stage_round(shifted, state, stage_arrays(shifted, state), mean, _project, compiled_shifted[1:])
     assert np.array_equal(shifted_after[0], plain_after[0]) and np.array_equal(shifted_after[1], spare)
     assert np.array_equal(shifted_after[2], plain_after[1])
+
+
+def _readme_plug_in(folder: Path) -> Path:
+    """The README's signSGD plug-in (its block that starts `# my_sign_sgd.py`), as a file in `folder`."""
+    block = re.search(r"```python\n(# my_sign_sgd\.py.*?)```", README.read_text(), re.S).group(1)
+    path = folder / "my_sign_sgd.py"
+    path.write_text(block)
+    return path
+
+
+def test_the_readmes_sign_sgd_plug_in_runs_compiled_from_yaml_as_its_formula_says(tmp_path):
+    """The README's dozen lines run as a user runs them (`python -m pipeline run`), compiled; the
+    compiled rounds are the Python path's bit for bit, and each round is θ ← π(θ − η·sign(ḡ)) with
+    the average of the iterates released, in numpy."""
+    plug_in = f"{_readme_plug_in(tmp_path)}:SignSGD"
+    grid = tmp_path / "sign.yaml"
+    grid.write_text(textwrap.dedent(f"""\
+        experiment: sign-sgd
+        problem: {{name: quadratic, dim: 3, radius: 1.0}}
+        n_users: 3000
+        optimizer: {{name: "{plug_in}"}}
+        privacy: {{protocol: cjmp_vec, epsilon: 2.0, delta: 1.0e-6, accounting: tight}}
+        seeds: [4]
+        execution: {{backend: local, shards: 1, block_size: 256}}
+        tracking: {{mlflow_uri: "sqlite:///{tmp_path}/m.db", out: "{tmp_path}/results"}}
+        """))
+    assert cli.main(["run", str(grid)]) == 0
+    rounds = pd.read_parquet(tmp_path / "results" / "rounds.parquet")
+    (run,) = config.expand(yaml.safe_load(grid.read_text()))
+    job = planning.plan_run(run).job
+    assert engine.compiles(job) and len(rounds) == job.schedule.rounds >= 20
+    start = job.optimizer.start(job.seed)
+    fused_state, fused_records = Shard(job, 0, job.layout.n_blocks).run_rounds(start, 0, job.schedule.rounds)
+    python_state, python_records = Shard(job, 0, job.layout.n_blocks).python_rounds(start, 0, job.schedule.rounds)
+    fused_losses = np.asarray(fused_records.column("excess_loss"))
+    assert fused_losses.tobytes() == np.asarray(python_records.column("excess_loss")).tobytes()
+    assert fused_losses.tobytes() == rounds.sort_values("round")["excess_loss"].to_numpy().tobytes()
+    assert all(np.array_equal(a, b) for a, b in zip(fused_state[:-1], python_state[:-1]))
+    optimizer, rng = job.optimizer, np.random.default_rng(3)
+    for _ in range(20):
+        state = type(start)(rng.normal(size=3), rng.normal(size=3), int(rng.integers(0, 40)))
+        mean = rng.normal(size=3)
+        after = optimizer.update(state, mean)
+        assert np.array_equal(after.theta, optimizer.problem.project(state.theta - optimizer.step_size * np.sign(mean)))
+        assert np.array_equal(after.theta_sum, state.theta_sum + state.theta) and after.steps == state.steps + 1
