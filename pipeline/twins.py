@@ -5,6 +5,10 @@ a protocol's `fused_encoding`) names the methods the twin reproduces. A subclass
 twin unless it overrides one of them below the class that defines the twin; one that overrides
 the twin too states its own. One rule for every family: no lists of types or of methods'
 identities in the engine.
+
+What a twin's functions call (`called_functions`) and the identity of the code compiled from
+them (`stage_key`, what the compiled kernels' on-disk cache is keyed by) are here too: numba
+is not loaded for either.
 """
 from __future__ import annotations
 

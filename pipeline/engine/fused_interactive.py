@@ -18,11 +18,11 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from pipeline.engine.fused import compiles, encoding_functions, fusable
-from pipeline.twins import stage_key
 from pipeline.engine.layout import ROUND_STREAM, chunk_users, counter, run_key
 from pipeline.numerics import pairwise_sum
 from pipeline.optimizers.base import RoundPlan
 from pipeline.protocols.base import GRADIENTS
+from pipeline.twins import stage_key
 
 
 class InteractiveRounds:

@@ -12,8 +12,8 @@ from pipeline.errors import ConfigError
 from pipeline.optimizers import theory
 from pipeline.optimizers.base import (STATE_FUNCTIONS, CompiledUpdate, Optimizer, RoundGroup, Schedule, Staged,
                                       best_batch_size, protocol_mean_mse)
-from pipeline.problems.base import Problem
 from pipeline.optimizers.transforms import Transform, chain
+from pipeline.problems.base import Problem
 from pipeline.problems.smoothed import MoreauSmoothed, require_prox
 
 PAPER, CALIBRATED = "paper", "calibrated"
@@ -169,7 +169,7 @@ class SeqAGD(Staged, Optimizer):
     reproduces: ClassVar[tuple[str, ...]] = (*STATE_FUNCTIONS, "curvature", "curvature_scale")
 
     def stages(self) -> CompiledUpdate:
-        """AC-SA's round (Lan 2012; seed 000 Algorithm 4): the stages below, L_t = curvature_scale/(t + 1)
+        """AC-SA's round (Lan 2012; seed 000 Algorithm 4): the transforms below, L_t = curvature_scale/(t + 1)
         (a subclass that changes `curvature` changes `stages` with it)."""
         return chain(acsa_step(self.curvature_scale), acsa_aggregate())
 
