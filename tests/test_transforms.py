@@ -7,7 +7,10 @@ loop in tests/test_fused.py and tests/test_plugins.py."""
 from __future__ import annotations
 
 import collections
+import os
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -112,6 +115,18 @@ def test_a_chain_takes_one_release_and_at_most_one_query(transforms, counts):
         chain(*transforms)
 
 
+def test_a_transform_whose_function_is_a_closure_is_refused():
+    factor = 2.0
+
+    def doubled(constants, rows, steps, theta, direction, advance):
+        for coordinate in range(theta.size):
+            direction[coordinate] = factor * direction[coordinate]
+
+    with pytest.raises(ValueError, match="transform function .*doubled is a closure: a transform reads its numbers "
+                                         "from its constants"):
+        chain(Transform(update=doubled), average())
+
+
 def test_chains_of_one_shape_share_their_stages_and_of_two_shapes_do_not():
     """The engine keys compiled code by the stage functions and numba's disk cache by their names: one
     shape, one set of functions, whatever the constants; shapes that differ only in where a
@@ -182,3 +197,45 @@ def test_the_readmes_sign_sgd_plug_in_runs_compiled_from_yaml_as_its_formula_say
         after = optimizer.update(state, mean)
         assert np.array_equal(after.theta, optimizer.problem.project(state.theta - optimizer.step_size * np.sign(mean)))
         assert np.array_equal(after.theta_sum, state.theta_sum + state.theta) and after.steps == state.steps + 1
+
+
+_COMPILE_CHAIN = """
+import collections
+import sys
+import numpy as np
+from pipeline.engine.rounds import compiled_stages
+from pipeline.optimizers.base import stage_arrays, stage_round
+from pipeline.optimizers.transforms import Transform, average, chain, sgd, trace
+
+def build(shifted):
+    return chain(*([Transform((), 1)] if shifted else []), trace(0.7), sgd(0.3), average())
+
+def velocity_after(update, shifted):
+    theta, velocity, mean = np.full(3, 0.1), np.full(3, 0.4), np.array([0.3, -0.2, 0.1])
+    state = (theta, *([np.full(3, -9.0)] if shifted else []), velocity, np.zeros(3), 0)
+    state = collections.namedtuple("S", [f"v{i}" for i in range(len(state))])(*state)
+    after, _ = stage_round(update, state, stage_arrays(update, state), mean, lambda step: step,
+                           compiled_stages(update)[1:])
+    return after[-3].tolist()
+
+for shifted in map(int, sys.argv[1:]):
+    print(velocity_after(build(shifted), shifted))
+"""
+
+
+def test_chains_compiled_by_two_processes_load_together_each_with_its_own_code(tmp_path):
+    """numba names compiled code by the function's qualified name and a per-process counter, and
+    links code of one name as one definition. Two processes that each compile one chain (the same
+    closures, other rows frozen in) count alike; a third that loads both from the disk cache must
+    still run each chain's own code: the momentum row read where its chain keeps it."""
+    environment = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+
+    def run(*shifted: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-c", _COMPILE_CHAIN, *shifted], capture_output=True, text=True,
+                              env=environment, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.split("\n")[:len(shifted)]
+
+    expected = [str((0.7 * np.full(3, 0.4) + np.array([0.3, -0.2, 0.1])).tolist())] * 2
+    assert run("0") + run("1") == expected  # each compiled in a fresh process, saved to the cache
+    assert run("0", "1") == expected and run("1", "0") == expected  # both loaded into one process

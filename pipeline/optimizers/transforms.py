@@ -52,13 +52,20 @@ def chain(*transforms: Transform) -> CompiledUpdate:
     """The round that applies `transforms` in order (see the module docstring).
 
     Raises:
-      ValueError: no transform releases the model, or more than one does, or more than one queries.
+      ValueError: no transform releases the model, or more than one does, or more than one queries;
+        or a transform's function is a closure.
     """
     releasing = [each for each in transforms if each.release is not None]
     querying = [each for each in transforms if each.query is not None]
     if len(releasing) != 1 or len(querying) > 1:
         raise ValueError(f"a chain takes exactly one transform with a release and at most one with a query; "
                          f"got {len(releasing)} and {len(querying)}")
+    for function in (each for transform in transforms for each in transform[2:] if each is not None):
+        if function.__closure__:
+            # numba names compiled code by the function's name: two closures of one name that froze
+            # different values could stand in for each other once cached (_prefix).
+            raise ValueError(f"transform function {function.__qualname__} is a closure: a transform reads its "
+                             f"numbers from its constants, so its functions must be defined at module level")
     shape = tuple((each.query, each.update, each.release, len(each.constants), each.vectors) for each in transforms)
     query, step, release = _stages(shape)
     return CompiledUpdate(query, step, release, tuple(float(c) for each in transforms for c in each.constants),
@@ -138,26 +145,45 @@ def _stages(shape: tuple) -> tuple[Callable, Callable, Callable]:
     number of constants, rows). Built once per shape: the engine keys its compiled kernels by the
     stage functions, and numba's disk cache by their names, which state the whole shape."""
     if shape not in _CHAINS:
-        _CHAINS[shape] = _named(_build(shape), shape)
+        _CHAINS[shape] = _build(shape, _prefix(shape))
     return _CHAINS[shape]
 
 
-def _build(shape: tuple) -> tuple[Callable, Callable, Callable]:
-    """The three stage functions of a chain of this shape (see _stages)."""
+def _prefix(shape: tuple) -> str:
+    """`chain_<hash of the shape>`: what every function a chain generates is named under. numba
+    names compiled code by the function's qualified name and a per-process counter, and links
+    code of one name as one definition; a cached kernel of another process whose closure of the
+    same name froze other transforms or slices would otherwise stand in for this one's."""
+    def name(function):
+        return "-" if function is None else f"{function.__module__}.{function.__qualname__}"
+    description = ";".join(f"{name(q)},{name(u)},{name(r)},{c},{v}" for q, u, r, c, v in shape)
+    return "chain_" + hashlib.sha256(description.encode()).hexdigest()[:16]
+
+
+def _named(function: Callable, prefix: str, role: str) -> Callable:
+    """`function`, its qualified name `<prefix>.<role>`."""
+    function.__qualname__ = f"{prefix}.{role}"
+    return function
+
+
+def _build(shape: tuple, prefix: str) -> tuple[Callable, Callable, Callable]:
+    """The three stage functions of a chain of this shape (see _stages), each function it
+    generates named under `prefix` (_prefix)."""
     placed, constant, row = [], 0, 0  # each transform's functions, its constants' and its rows' slices
     for query, update, release, constants, vectors in shape:
         placed.append((query, update, release, (constant, constant + constants, row, row + vectors)))
         constant, row = constant + constants, row + vectors
     queries = [_sliced_query(query, *at) for query, _, _, at in placed if query is not None]
-    pick_query = queries[0] if queries else _theta_query
-    (pick_release,) = [_sliced_release(release, *at) for _, _, release, at in placed if release is not None]
+    pick_query = _named(queries[0], prefix, "own_query") if queries else _theta_query
+    (pick_release,) = [_named(_sliced_release(release, *at), prefix, "own_release")
+                       for _, _, release, at in placed if release is not None]
     updates = [(update, *at) for _, update, _, at in placed if update is not None]
-    directions = _updates(updates)
+    directions = _updates(updates, prefix)
     # Only a chain whose updates keep rows takes its directions again (all of them, in order: an
     # update's row advances from the direction the updates before it left), to advance the rows.
     keeps_rows = any(row < row_stop for _, _, _, row, row_stop in updates)
 
-    def query(constants, theta, extra, steps, out):  # a function of this chain's own, named by _named
+    def query(constants, theta, extra, steps, out):
         pick_query(constants, theta, extra, steps, out)
 
     def step(constants, theta, extra, steps, mean, out):
@@ -177,7 +203,7 @@ def _build(shape: tuple) -> tuple[Callable, Callable, Callable]:
             theta[coordinate] = projected[coordinate]
         return True
 
-    return query, step, release
+    return _named(query, prefix, "query"), _named(step, prefix, "step"), _named(release, prefix, "release")
 
 
 def _theta_query(constants, theta, extra, steps, out):
@@ -204,26 +230,15 @@ def _no_updates(constants, theta, extra, steps, direction, advance):
     """The updates of a chain with none."""
 
 
-def _updates(updates: list) -> Callable:
-    """One function applying `updates` ((update, first constant, stop, first row, stop)) in order:
-    nested closures, since numba compiles no loop over distinct functions."""
+def _updates(updates: list, prefix: str) -> Callable:
+    """One function applying `updates` ((update, first constant, stop, first row, stop)) in order,
+    named `<prefix>.updates_from_<k>` (the chain's last k updates): nested closures, since numba
+    compiles no loop over distinct functions."""
     if not updates:
         return _no_updates
-    (update, first, stop, row, row_stop), rest = updates[0], _updates(updates[1:])
+    (update, first, stop, row, row_stop), rest = updates[0], _updates(updates[1:], prefix)
 
     def applied(constants, theta, extra, steps, direction, advance):
         update(constants[first:stop], extra[row:row_stop], steps, theta, direction, advance)
         rest(constants, theta, extra, steps, direction, advance)
-    return applied
-
-
-def _named(stages: tuple, shape: tuple) -> tuple:
-    """The stages, their qualified names `chain_<hash of the shape>.<role>`: the compiled kernels'
-    cache keys name the stages, so two chains of different shapes never share machine code."""
-    def name(function):
-        return "-" if function is None else f"{function.__module__}.{function.__qualname__}"
-    description = ";".join(f"{name(q)},{name(u)},{name(r)},{c},{v}" for q, u, r, c, v in shape)
-    digest = hashlib.sha256(description.encode()).hexdigest()[:16]
-    for function, role in zip(stages, ("query", "step", "release")):
-        function.__qualname__ = f"chain_{digest}.{role}"
-    return stages
+    return _named(applied, prefix, f"updates_from_{len(updates)}")
