@@ -239,3 +239,63 @@ def test_chains_compiled_by_two_processes_load_together_each_with_its_own_code(t
     expected = [str((0.7 * np.full(3, 0.4) + np.array([0.3, -0.2, 0.1])).tolist())] * 2
     assert run("0") + run("1") == expected  # each compiled in a fresh process, saved to the cache
     assert run("0", "1") == expected and run("1", "0") == expected  # both loaded into one process
+
+
+_EDITED_TRANSFORM = """
+import importlib.util
+import sys
+from pathlib import Path
+import numpy as np
+from pipeline.engine.rounds import compiled_stages
+from pipeline.optimizers.transforms import Transform, chain, last_iterate
+
+SOURCE = '''
+import numpy as np
+
+
+def my_update(constants, rows, steps, theta, direction, advance):
+    total = 0.0
+    for coordinate in range(theta.size):
+        total += np.sin(direction[coordinate]) * np.cos(rows[0, coordinate]) + np.exp(-direction[coordinate] ** 2)
+    for coordinate in range(theta.size):
+        velocity = FACTOR * rows[0, coordinate] + direction[coordinate] + 0.0 * total
+        direction[coordinate] = velocity
+        if advance:
+            rows[0, coordinate] = velocity
+'''
+
+def step_with(folder, factor):
+    path = Path(folder) / "my_transform.py"
+    path.write_text(SOURCE.replace("FACTOR", factor))
+    spec = importlib.util.spec_from_file_location("my_transform", path)
+    module = sys.modules["my_transform"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    update = chain(Transform((), 1, update=module.my_update), last_iterate())
+    theta, extra, steps = np.zeros(2), np.ones((1, 2)), np.zeros(1, np.int64)
+    released = np.empty(2)
+    compiled_stages(update)[2](update.constants, theta, extra, steps, np.ones(2), np.ones(2), released)
+    return extra[0, 0]
+
+folder = sys.argv[1]
+print(*[step_with(folder, factor) for factor in sys.argv[2:]])
+"""
+
+
+def test_a_transform_edited_between_processes_runs_its_own_code_in_a_third(tmp_path):
+    """A plug-in's transform compiled by one process, then edited and compiled by another (each
+    saving to the disk cache, their numba counters alike), and both versions loaded by a third:
+    each version's stage runs its own code. numba names compiled code `qualname$count` and links
+    code of one name as one definition, so with counts alike the third ran the first version's
+    function for the second (fused_kernel starts each process's count at a random point)."""
+    environment = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    folder = tmp_path / "plug-in"
+    folder.mkdir()
+
+    def run(*factors: str) -> str:
+        done = subprocess.run([sys.executable, "-c", _EDITED_TRANSFORM, str(folder), *factors], capture_output=True,
+                              text=True, env=environment, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.strip()
+
+    assert (run("2.0"), run("3.0")) == ("3.0", "4.0")  # the row v ← factor·v + ḡ, from v = 1, ḡ = 1
+    assert run("2.0", "3.0") == "3.0 4.0"

@@ -26,13 +26,16 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import os
+import secrets
 
 import filelock
 
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core.bytecode import FunctionIdentity
 from numba.core.caching import FunctionCache, IndexDataCacheFile
 from numba.extending import intrinsic, overload, register_jitable
 # numba's twin of numpy's BTPE (the Generator path), built over any next_double: the
@@ -44,6 +47,13 @@ from numba.np.random.distributions import _binomial_btpe_squeeze
 from pipeline import draws
 from pipeline.numerics import pairwise_sum
 from pipeline.twins import called_functions, stage_key
+
+# numba names compiled code `qualname$n`, n counting from 1 in each process, and links code of one
+# name as one definition. Two processes that compiled different bodies under one name (a plug-in
+# edited between two runs, each saving its kernels to the disk cache) handed a third process that
+# loaded both the first's function in place of the second's, with no error
+# (tests/test_transforms.py). Each process now counts from a random point of 2⁴⁸.
+FunctionIdentity._unique_ids = itertools.count(secrets.randbits(48))
 
 
 # --- numba's on-disk cache, safe across processes -------------------------------------------
