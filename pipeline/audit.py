@@ -51,7 +51,7 @@ from scipy import special, stats
 from pipeline import engine
 from pipeline.accounting.compositions import SEQUENTIAL
 from pipeline.accounting.ledger import PrivacyLedger
-from pipeline.engine.fused_interactive import encoded_blocks, encodes_compiled
+from pipeline.engine.fused_interactive import block_encoding, encoded_blocks, encodes_compiled
 from pipeline.engine.tasks import map_tasks
 from pipeline.errors import ConfigError
 from pipeline.problems.records import choose_records
@@ -172,8 +172,7 @@ def audited_call(protocol: Protocol, round_plan: RoundPlan, dim: int, block_size
         base, moved = _record_pair(base, moved, records[0])
     encoding = None
     if compiled and not literal and records is None and round_plan.sampling == "all":
-        encoding = protocol.fused_encoding(params)
-        encoding = encoding if hasattr(type(encoding), "counts") else None
+        encoding = block_encoding(protocol, params)
     return AuditedCall(protocol, round_plan, dim, params, block_size, literal,
                        (np.ascontiguousarray(base, dtype=np.float64), np.ascontiguousarray(moved, dtype=np.float64)),
                        records, encoding)

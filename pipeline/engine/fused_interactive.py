@@ -50,8 +50,7 @@ class InteractiveRounds:
         fused encoding gives block partials (`counts`)."""
         if plan.sampling != "all" or plan.smoothing != 0.0 or plan.inputs != GRADIENTS or theta.ndim != 1:
             return None
-        encoding = protocol.fused_encoding(params)
-        return encoding if encoding is not None and hasattr(type(encoding), "counts") else None
+        return block_encoding(protocol, params)
 
     def partial(self, plan: RoundPlan, params: Any, theta: np.ndarray, encoding: Any) -> Any | None:
         """The shard's partial of the round, as Shard.python_partial_counts; None if a gradient is
@@ -77,6 +76,13 @@ class InteractiveRounds:
             return None
         return shard.job.protocol.merge([encoding.block_partial(users, ones)
                                          for users, ones in zip((stops - starts).tolist(), counts)])
+
+
+def block_encoding(protocol: Any, params: Any) -> Any | None:
+    """The call's fused encoding (Protocol.fused_encoding) if it gives block partials (`counts`,
+    `block_partial`): what block_kernel encodes a fully interactive round's blocks with; else None."""
+    encoding = protocol.fused_encoding(params)
+    return encoding if hasattr(type(encoding), "counts") else None
 
 
 def accumulator_shape(encoding: Any, dim: int) -> tuple[int, ...]:

@@ -416,49 +416,40 @@ def _ptrs_constants(lam):
     return np.log(lam), b, -0.059 + 0.02483 * b, 1.1239 + 1.1328 / (b - 3.4), 0.9277 - 3.6224 / (b - 2)
 
 
-def _poisson_samplers(next_raw):
-    """numpy's two Poisson samplers over a source of raw outputs, `next_raw(source)` (as _ziggurat):
-
-    product(source, threshold): random_poisson_mult, for 0 < λ < 10: uniforms multiplied until
-      their product falls to `threshold` = e^−λ or below; at least one uniform a draw.
-    ptrs(source, lam, constants): random_poisson_ptrs, for λ ≥ 10: Hörmann's transformed
-      rejection with squeeze ("The transformed rejection method for generating Poisson random
-      variables", Insurance: Mathematics and Economics 12, 1993), at least two uniforms a draw;
-      its candidate numpy's floor (numba's own port truncates toward 0, which keeps some negative
-      candidates numpy rejects), log-gamma numpy's random_loggam (_loggam).
-    """
-
-    @register_jitable
-    def product(source, threshold):
-        count = 0
-        total = 1.0
-        while True:
-            total *= unit(next_raw(source))
-            if total > threshold:
-                count += 1
-            else:
-                return np.int64(count)
-
-    @register_jitable
-    def ptrs(source, lam, constants):
-        loglam, b, a, invalpha, vr = constants
-        while True:
-            u = unit(next_raw(source)) - 0.5
-            v = unit(next_raw(source))
-            us = 0.5 - abs(u)
-            k = np.int64(np.floor((2 * a / us + b) * u + lam + 0.43))
-            if us >= 0.07 and v <= vr:
-                return k
-            if k < 0 or (us < 0.013 and v > us):
-                continue
-            if np.log(v) + np.log(invalpha) - np.log(a / (us * us) + b) <= \
-                    -lam + k * loglam - _loggam(np.float64(k + 1)):
-                return k
-
-    return product, ptrs
+@register_jitable
+def _poisson_product(state, threshold):
+    """numpy's random_poisson_mult, for 0 < λ < 10: uniforms multiplied until their product falls
+    to `threshold` = e^−λ or below; at least one uniform a draw."""
+    count = 0
+    total = 1.0
+    while True:
+        total *= next_double(state)
+        if total > threshold:
+            count += 1
+        else:
+            return np.int64(count)
 
 
-_product_of_state, _ptrs_of_state = _poisson_samplers(next_uint64)
+@register_jitable
+def _poisson_ptrs(state, lam, constants):
+    """numpy's random_poisson_ptrs, for λ ≥ 10: Hörmann's transformed rejection with squeeze ("The
+    transformed rejection method for generating Poisson random variables", Insurance: Mathematics
+    and Economics 12, 1993), at least two uniforms a draw; its candidate numpy's floor (numba's own
+    port truncates toward 0, which keeps some negative candidates numpy rejects), log-gamma
+    numpy's random_loggam (_loggam); `constants`: _ptrs_constants(λ)."""
+    loglam, b, a, invalpha, vr = constants
+    while True:
+        u = next_double(state) - 0.5
+        v = next_double(state)
+        us = 0.5 - abs(u)
+        k = np.int64(np.floor((2 * a / us + b) * u + lam + 0.43))
+        if us >= 0.07 and v <= vr:
+            return k
+        if k < 0 or (us < 0.013 and v > us):
+            continue
+        if np.log(v) + np.log(invalpha) - np.log(a / (us * us) + b) <= \
+                -lam + k * loglam - _loggam(np.float64(k + 1)):
+            return k
 
 
 @cached()
@@ -468,13 +459,13 @@ def fill_poisson(state, lam, out):
     if lam >= 10:
         constants = _ptrs_constants(lam)
         for index in range(out.size):
-            out[index] = _ptrs_of_state(state, lam, constants)
+            out[index] = _poisson_ptrs(state, lam, constants)
     elif lam == 0:
         out[:] = 0
     else:
         threshold = np.exp(-lam)
         for index in range(out.size):
-            out[index] = _product_of_state(state, threshold)
+            out[index] = _poisson_product(state, threshold)
 
 
 @cached()
