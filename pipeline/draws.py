@@ -1,5 +1,5 @@
 """The random draws a compiled twin may make (a problem's users, a protocol's randomizer), each
-defined once, in pipeline.engine.fused_kernel, bit for bit as numpy's Generator makes it from a
+defined once, in pipeline.compiled, bit for bit as numpy's Generator makes it from a
 Philox stream held as the kernel's state words (fused.state_words).
 
 A twin's functions, written in numba's subset in their family's file, call the names below; the
@@ -19,7 +19,7 @@ def _declared(function):
 
 
 def _compiled_only(name: str):
-    raise RuntimeError(f"pipeline.draws.{name} is drawn in compiled code only (pipeline.engine.fused_kernel); "
+    raise RuntimeError(f"pipeline.draws.{name} is drawn in compiled code only (pipeline.compiled); "
                        "in Python, draw with numpy's Generator")
 
 

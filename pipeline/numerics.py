@@ -3,7 +3,7 @@
 numpy picks a reduction's summation order from the shape of its operands: the same
 numbers summed as part of a wider array and alone can differ in their last bits. A
 protocol's chunk of users may hold one user (the part of a round in one block), and the
-compiled rounds (pipeline.engine.fused_kernel) twin the reductions below for any chunk.
+compiled rounds (pipeline.compiled) twin the reductions below for any chunk.
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def ordered_dot(a: np.ndarray, b: np.ndarray) -> float:
 
     `a @ b` calls the BLAS's dot product, whose summation order (SIMD lanes, unrolling) is the
     CPU kernel's, so its last bits differ between machines; this order is the same everywhere,
-    and the compiled rounds (fused_kernel) twin it.
+    and the compiled rounds (pipeline.compiled) twin it.
 
     Args:
       a, b: vectors of one length, at least 1.
@@ -98,7 +98,7 @@ def logsumexp(values: np.ndarray) -> float:
 
 
 # numpy's pairwise summation, element for element, in numba's subset: the compiled kernels and the
-# problems' compiled losses call it (pipeline.engine.fused_kernel compiles it; nothing here loads
+# problems' compiled losses call it (pipeline.compiled compiles it; nothing here loads
 # numba). In Python, np.add.reduce of the same contiguous values is the same sum.
 
 def block_sum(values, first, count):
@@ -152,3 +152,18 @@ def pairwise_sum(values, first, count):
             sums[held - 1] += sums[held]
             top -= 1
     return sums[0]
+
+
+def project_to_ball(point, radius, squares):
+    """π onto {‖θ‖₂ ≤ radius}, in place, in numba's subset: the norm is numpy's pairwise sum of
+    the squares (np.add.reduce(θ·θ), the same bits on every CPU), and a point outside is scaled
+    by radius/norm coordinate by coordinate (θ·(radius/norm)). `squares`: a scratch d-vector.
+    What problems.base.ball_projection runs compiled and the compiled rounds inline."""
+    dim = point.size
+    for coordinate in range(dim):
+        squares[coordinate] = point[coordinate] * point[coordinate]
+    norm = np.sqrt(pairwise_sum(squares, 0, dim))
+    if not norm <= radius:
+        shrink = radius / norm
+        for coordinate in range(dim):
+            point[coordinate] *= shrink

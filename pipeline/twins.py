@@ -83,7 +83,7 @@ def stage_key(kind: str, functions: tuple) -> str:
     """A compiled kernel's identity: its kind, the names of the functions it inlines (a protocol's
     fused encoding's, an optimizer's stages, a problem's twin's) and of what they call
     (twins.called_functions), and a hash of the files that define them (or, for a function shipped
-    by value to a Ray node without its file, of its bytecode): fused_kernel's cache key of the
+    by value to a Ray node without its file, of its bytecode): compiled's cache key of the
     kernel and the marker of its compilation."""
     digest, seen = hashlib.sha256(kind.encode()), set()
     for function in called_functions(*functions):

@@ -54,7 +54,7 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_sessionstart(session):
     """Compiles the fused rounds' numba kernels once, in two processes, before the tests start
-    (tests/warm_kernels.py) when their cache is missing or older than fused_kernel.py, as on a
+    (tests/warm_kernels.py) when their cache is missing or older than compiled.py, as on a
     fresh checkout or after an edit: else every test process, Ray actor and command-line child
     reaching a kernel first would compile it itself.
     Under pytest-xdist only the controlling process does."""

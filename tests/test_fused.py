@@ -16,7 +16,7 @@ from numba import njit
 
 from pipeline import cli, config, planning, twins
 from pipeline.engine import fused
-from pipeline.engine import fused_kernel as philox  # its generator part
+from pipeline import compiled as philox  # its generator part
 from pipeline.numerics import column_norms, pairwise_sum
 from pipeline.engine.fused import TAPE_RAWS
 from pipeline.engine.layout import counter, run_key, stream
@@ -118,7 +118,7 @@ POISSON_MEANS = [0.0, 1e-300, 1e-3, 0.5, 3.7, 9.999999, 10.0, 10.5, 37.2, 1000.0
 
 @pytest.mark.parametrize("start", [counter(3, 0, 0), np.array([2**64 - 2, 7, 0, 1], np.uint64)])
 def test_poissons_are_numpys_draw_for_draw_between_the_other_draws(start):
-    """fused_kernel.poisson (pipeline.draws.poisson) is `Generator.poisson` draw for draw on every
+    """compiled.poisson (pipeline.draws.poisson) is `Generator.poisson` draw for draw on every
     branch, and leaves the stream where numpy's leaves it (uniforms and raw outputs between)."""
     key = run_key(13)
     pick = np.random.default_rng(3)
@@ -611,7 +611,7 @@ def test_a_new_pair_of_protocol_and_optimizer_stages_is_cached_only_once_it_has_
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))  # the markers' folder (numba's own was fixed at import)
     fused._MARKED.clear()
     (tmp_path / "engine").mkdir()
-    (tmp_path / "engine" / "fused_kernel.rounds-1.py311.nbi").touch()  # an index newer than the kernel's source
+    (tmp_path / "engine" / "compiled.rounds-1.py311.nbi").touch()  # an index newer than the kernel's source
     agd = _job(_tree(n_users=2_000, dim=3, block_size=256, name="seq_agd"))
     assert fused.kernels_cached() and not fused.kernels_cached((agd,))
     _rounds(agd, 1, fused_path=True)
@@ -638,13 +638,13 @@ def test_a_new_pair_of_protocol_and_optimizer_stages_is_cached_only_once_it_has_
 
 _KERNEL_LOADS = """
 from pipeline import config, engine, planning
-from pipeline.engine import fused_kernel
+from pipeline import compiled
 tree = {"experiment": "loads", "problem": {"name": "quadratic", "dim": 3, "radius": 1.0}, "n_users": 600,
         "optimizer": {"name": "seq_sgd"}, "seeds": [0], "execution": {"backend": "local", "shards": 1},
         "privacy": {"epsilon": 1.0, "delta": 1e-6, "protocol": "cjmp_vec", "accounting": "tight"}}
 (run,) = config.expand(tree)
 engine.execute(planning.plan_run(run).job, "local", 1)
-kernels = sorted(fused_kernel._BUILT.items(), key=lambda item: item[0][0] == "draw")  # the round kernel, the users' draw
+kernels = sorted(compiled._BUILT.items(), key=lambda item: item[0][0] == "draw")  # the round kernel, the users' draw
 for _, kernel in kernels:
     print(sum(kernel.stats.cache_hits.values()), sum(kernel.stats.cache_misses.values()))
 """
@@ -659,7 +659,7 @@ def test_two_processes_saving_into_one_kernel_cache_at_once_keep_each_entry_its_
     entries load their own code; without it, b's entry is lost or loads a's code."""
     import threading
 
-    from pipeline.engine.fused_kernel import _LockedCacheFile
+    from pipeline.compiled import _LockedCacheFile
 
     def cache_file():
         return _LockedCacheFile(str(tmp_path), "rounds", "stamp")
@@ -686,7 +686,7 @@ def test_two_processes_saving_into_one_kernel_cache_at_once_keep_each_entry_its_
 
 
 def test_a_round_kernel_compiled_by_one_process_is_loaded_by_the_next():
-    """A round kernel's (and the users' draw's) cache key is the same in every process (fused_kernel._KeyedCache): numba's
+    """A round kernel's (and the users' draw's) cache key is the same in every process (compiled._KeyedCache): numba's
     own key pickled the closure's dispatchers with a uuid per process, so each process (each shard
     of each run, each Ray worker) compiled it again, seconds each, while the grid said nothing."""
     import subprocess

@@ -1,5 +1,5 @@
 """pipeline.numerics: column sums with the same bits for any number of columns, which the
-compiled rounds' twins (pipeline.engine.fused_kernel) and the Python path share, and the
+compiled rounds' twins (pipeline.compiled) and the Python path share, and the
 accountants' logsumexp, scipy's bit for bit."""
 from __future__ import annotations
 

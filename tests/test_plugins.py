@@ -554,7 +554,7 @@ def test_a_plug_in_twins_cached_kernels_do_not_reach_a_process_without_the_plug_
     """numba's index file unpickles every key it holds, and a twin's kernel's key names its class:
     a process that cached the Huber plug-in's kernels must leave the quadratic's loadable by a
     process that never imports the plug-in (each kernel's cache has files of its own,
-    fused_kernel._KeyedCache); a shared index failed there with ModuleNotFoundError."""
+    compiled._KeyedCache); a shared index failed there with ModuleNotFoundError."""
     import subprocess
 
     root = Path(__file__).resolve().parent.parent

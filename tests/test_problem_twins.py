@@ -1,17 +1,21 @@
 """The problems' compiled twins (pipeline.problems.base: a NamedTuple of constants whose class defines
-`gradients` and `losses`, written once in the family's file) give, interpreted and compiled, the bits
-of the problem's numpy methods: `gradients` on random users and on ties (x = θ, where sign is 0, and
-an envelope's gap at its threshold), and `excess_loss` / `population_loss` inside and outside the
-ball. The fused rounds inline these functions; tests/test_fused.py checks whole rounds."""
+`gradients` and `losses`, written once in the family's file) give, interpreted, compiled alone and
+through the problem's public methods (Twinned), the bits of the numpy oracle (tests/oracles/problems.py):
+`gradients` on random users and on ties (x = θ, where sign is 0, and an envelope's gap at its
+threshold), `excess_loss` / `population_loss` inside and outside the ball, the ball's projection
+and the quadratic's users from their normals. The fused rounds inline these functions;
+tests/test_fused.py checks whole rounds."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from numba import njit
 
-from pipeline.engine import fused_kernel
+from oracles import problems as oracle
+from pipeline import compiled
 from pipeline.optimizers.base import gradient_problem
 from pipeline.problems import build_problem
+from pipeline.problems.base import ball_projection
 
 # (problem, smoothing β: 0 for the problem itself, else its Moreau envelope's twin)
 CASES = [("quadratic", 0.0), ("bernoulli", 0.0), ("absolute", 0.0), ("elastic", 0.0), ("absolute", 3.0),
@@ -20,8 +24,8 @@ DIM, USERS = 7, 40
 
 
 def _compiled(function):
-    """A twin's function compiled alone, with the helpers it calls (fused_kernel.jitable)."""
-    return njit(fused_kernel.jitable(function))
+    """A twin's function compiled alone, with the helpers it calls (compiled.jitable)."""
+    return njit(compiled.jitable(function))
 
 
 def _bits(values) -> np.ndarray:
@@ -52,7 +56,9 @@ def test_the_twins_gradients_are_the_problems(name, smoothing):
     for trial in range(8):
         theta = rng.normal(scale=0.3 if trial % 2 else 2.0, size=DIM)
         data = _users(problem, theta, smoothing, rng)
-        want = smoothed.gradients(theta, data)
+        want = oracle.envelope_gradients(problem, theta, data, smoothing) if smoothing \
+            else oracle.gradients(problem, theta, data)
+        assert np.array_equal(_bits(smoothed.gradients(theta, data)), _bits(want)), (name, smoothing, trial)
         for gradients in (type(twin).gradients, compiled):
             out = np.full(DIM * USERS, np.nan)
             gradients(twin, theta, data, 0, USERS, out)
@@ -73,7 +79,8 @@ def test_the_twins_losses_are_the_problems(name, smoothing):
         released = rng.normal(scale=0.3 if trial % 2 else 2.0, size=DIM)
         if trial == 0:
             released = np.asarray(problem.optimum, np.float64).copy()  # the excess is 0 there
-        want = (problem.excess_loss(released), problem.population_loss(released))
+        want = oracle.losses(problem, released)
+        assert (problem.excess_loss(released), problem.population_loss(released)) == want, (name, trial)
         for losses in (type(twin).losses, compiled):
             got = losses(twin, released, np.empty(DIM))
             assert np.array_equal(_bits(got), _bits(want)), (name, smoothing, trial, losses)
@@ -89,3 +96,42 @@ def test_every_problem_with_a_twin_is_a_case():
     stated |= {(name, 3.0) for name in PROBLEMS
                if name != "dataset" and build_problem(name, DIM, 1.0).compiled_envelope(3.0) is not None}
     assert stated == set(CASES)
+
+
+def test_the_ball_projection_is_the_oracles():
+    """ball_projection (numerics.project_to_ball compiled, what the kernels inline) is numpy's
+    θ·(R/‖θ‖) outside the ball and θ inside it, on the sphere too."""
+    rng = np.random.default_rng(5)
+    for trial in range(40):
+        theta = rng.normal(scale=(0.1, 1.0, 10.0)[trial % 3], size=1 + trial % 9)
+        radius = 1.0 if trial % 4 else float(np.sqrt(oracle.squared_norm(theta)))  # exactly on the sphere
+        assert np.array_equal(_bits(ball_projection(theta, radius)), _bits(oracle.ball_projection(theta, radius)))
+
+
+def test_the_quadratics_users_from_their_normals_are_the_oracles():
+    problem = build_problem("quadratic", DIM, 2.0)
+    normals = np.random.default_rng(6).standard_normal((DIM, USERS))
+    normals[:, 3] = 0.0  # a zero direction: its norm read as 1, the user at θ*
+    want = oracle.from_normals(problem, normals.copy())
+    assert np.array_equal(_bits(problem.from_normals(normals)), _bits(want))
+    rng = np.random.default_rng(8)
+    assert np.array_equal(_bits(problem.sample(rng, USERS)),
+                          _bits(oracle.from_normals(problem, np.random.default_rng(8).standard_normal((DIM, USERS)))))
+
+
+def test_a_problem_runs_its_twin_on_any_arrays_it_is_given():
+    """Twinned's public methods take what numpy's took: read-only θ (θ* itself), strided data, an
+    `out` that is not C-ordered, integers; each gives the oracle's bits."""
+    problem = build_problem("elastic", DIM, 1.0)
+    rng = np.random.default_rng(9)
+    data = np.asfortranarray(problem.sample(rng, USERS))
+    theta = problem.optimum  # read-only
+    want = oracle.gradients(problem, theta, data)
+    out = np.empty((USERS, DIM)).T  # not C-ordered
+    assert problem.gradients(theta, data, out=out) is out
+    assert np.array_equal(_bits(out), _bits(want))
+    assert np.array_equal(_bits(problem.gradients(theta, data[:, ::3])), _bits(want[:, ::3]))
+    assert problem.excess_loss(theta) == oracle.losses(problem, theta)[0] == 0.0
+    quadratic = build_problem("quadratic", 3, 1.0)
+    integers = np.arange(6).reshape(3, 2)
+    assert np.array_equal(quadratic.gradients(np.ones(3), integers), 1.0 - integers)

@@ -286,7 +286,7 @@ def test_a_transform_edited_between_processes_runs_its_own_code_in_a_third(tmp_p
     saving to the disk cache, their numba counters alike), and both versions loaded by a third:
     each version's stage runs its own code. numba names compiled code `qualname$count` and links
     code of one name as one definition, so with counts alike the third ran the first version's
-    function for the second (fused_kernel starts each process's count at a random point)."""
+    function for the second (pipeline.compiled starts each process's count at a random point)."""
     environment = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
     folder = tmp_path / "plug-in"
     folder.mkdir()

@@ -5,8 +5,8 @@ reference path"), when each family states its compiled twin: the optimizer its u
 (Problem.compiled_problem: its twin), the protocol its call's constants
 (Protocol.fused_encoding). This module names no particular family.
 
-The compiled rounds (pipeline.engine.fused_kernel) are a twin of `Shard.python_rounds`:
-the same counter-based streams drawn in the same order (pipeline.engine.fused_kernel) and the
+The compiled rounds (pipeline.compiled) are a twin of `Shard.python_rounds`:
+the same counter-based streams drawn in the same order (pipeline.compiled) and the
 same float operations in the same order, so every round's θ, estimate and losses are
 bit-identical to the Python path's, on any CPU (tests/test_fused.py checks them round by
 round). Anything else (a plug-in or subclass, another problem, protocol or optimizer,
@@ -34,7 +34,7 @@ from pipeline.engine.job import drawn_per_block
 from pipeline.engine.layout import DATA_STREAM, NOISE_STREAM, ROUND_STREAM, chunk_users, counter, run_key, stream
 from pipeline.engine.rounds import RoundRecords
 from pipeline.errors import NonFiniteError
-from pipeline.numerics import pairwise_sum
+from pipeline.numerics import pairwise_sum, project_to_ball
 from pipeline.optimizers.base import RoundGroup, gradient_problem
 from pipeline.protocols.base import GRADIENTS
 from pipeline.twins import stage_key
@@ -87,20 +87,23 @@ def compiles(job: Any) -> bool:
     return fusable(job) or (held and job.simulation == "exact" and job.problem.compiled_problem() is not None)
 
 
+_COMPILED = Path(__file__).resolve().parent.parent / "compiled.py"  # the kernels' source (not imported: numba)
+
+
 def _cache_folder() -> Path:
-    """Where numba caches the kernels: $NUMBA_CACHE_DIR, or beside fused_kernel.py."""
-    return Path(os.environ.get("NUMBA_CACHE_DIR") or Path(__file__).resolve().parent)
+    """Where numba caches the kernels: $NUMBA_CACHE_DIR, or beside compiled.py."""
+    return Path(os.environ.get("NUMBA_CACHE_DIR") or _COMPILED.parent)
 
 
 def kernels_cached(jobs: tuple = ()) -> bool:
-    """Whether numba's cache holds kernels of the current fused_kernel.py (an index file newer than
+    """Whether numba's cache holds kernels of the current compiled.py (an index file newer than
     it: an edit, or a fresh install, makes numba compile again, about 15 s of a core), the round
     kernel of every (protocol, optimizer's stages, problem's twin) the fusable `jobs` run and the
     draw of every twin they draw users with (each compiles on its first use, 1-10 s: a marker
     written once it has run, `_mark_built`). File checks: numba is not loaded."""
     folder = _cache_folder()
-    source = (Path(__file__).resolve().parent / "fused_kernel.py").stat().st_mtime
-    if not any(index.stat().st_mtime > source for index in folder.rglob("fused_kernel.*.nbi")):
+    source = _COMPILED.stat().st_mtime
+    if not any(index.stat().st_mtime > source for index in folder.rglob("compiled.*.nbi")):
         return False
     keys = {stage_key("rounds", kernel_functions(_encoding(job, first), optimizer.compiled_update(),
                                                  gradient_problem(job.problem, group.smoothing).compiled_problem()))
@@ -113,11 +116,11 @@ def kernels_cached(jobs: tuple = ()) -> bool:
 def kernel_functions(encoding: Any, update: Any, twin: Any) -> tuple:
     """What a round kernel inlines: the protocol's fused encoding's functions, the optimizer's three
     stages, the problem's twin's gradients and losses, and the kernels' own sums
-    (numerics.pairwise_sum, outside fused_kernel's file)."""
+    (numerics.pairwise_sum, outside compiled's file)."""
     return *encoding_functions(encoding), update.query, update.step, update.release, *twin_functions(twin)
 
 
-# The functions a protocol's fused encoding gives the kernels (fused_kernel.protocol_work, …);
+# The functions a protocol's fused encoding gives the kernels (compiled.protocol_work, …);
 # `counts` only where its fully interactive rounds are compiled (fused_interactive).
 ENCODING_FUNCTIONS = ("work", "encode", "finish_block", "analyze", "counts")
 
@@ -128,13 +131,14 @@ def encoding_functions(encoding: Any) -> tuple:
 
 
 def draw_key(twin: Any) -> str:
-    """The stage_key of a problem's twin's users' draw (fused_kernel.draw_kernel)."""
+    """The stage_key of a problem's twin's users' draw (compiled.draw_kernel)."""
     return stage_key("draw", (type(twin).draw,))
 
 
 def twin_functions(twin: Any) -> tuple:
-    """A problem's compiled twin's gradients and losses, and numerics.pairwise_sum, which every kernel calls."""
-    return type(twin).gradients, type(twin).losses, pairwise_sum
+    """A problem's compiled twin's gradients and losses, and numerics' pairwise_sum and
+    project_to_ball, which every kernel calls."""
+    return type(twin).gradients, type(twin).losses, pairwise_sum, project_to_ball
 
 
 def _marker(key: str) -> Path:
@@ -161,7 +165,7 @@ TAPE_RAWS = 2048
 
 
 def compiled_normals(generator: np.random.Generator, count: int, tape: int = TAPE_RAWS) -> np.ndarray:
-    """`generator.standard_normal(count)`, bit for bit, about twice as fast: fused_kernel.normals
+    """`generator.standard_normal(count)`, bit for bit, about twice as fast: compiled.normals
     draws the raw outputs in bulk, `tape` at a time, and makes them normals with numpy's ziggurat.
 
     Args:
@@ -172,15 +176,15 @@ def compiled_normals(generator: np.random.Generator, count: int, tape: int = TAP
     Returns:
       The normals, a new array.
     """
-    from pipeline.engine import fused_kernel
+    from pipeline import compiled
 
     normals = np.empty(count)
-    fused_kernel.normals(state_words(generator), normals, np.empty(max(1, min(tape, count)), np.uint64))
+    compiled.normals(state_words(generator), normals, np.empty(max(1, min(tape, count)), np.uint64))
     return normals
 
 
 def state_words(generator: np.random.Generator) -> np.ndarray:
-    """A Philox generator's state as fused_kernel's STATE_WORDS uint64 words (a copy)."""
+    """A Philox generator's state as compiled's STATE_WORDS uint64 words (a copy)."""
     now = generator.bit_generator.state
     return np.array([*now["state"]["counter"], *now["state"]["key"], *now["buffer"], now["buffer_pos"],
                      now["has_uint32"], now["uinteger"]], np.uint64)
@@ -194,19 +198,19 @@ class FusedRounds:
     """
 
     def __init__(self, shard):
-        from pipeline.engine import fused_kernel  # numba compiles (or loads its cache) only for fused runs
+        from pipeline import compiled  # numba compiles (or loads its cache) only for fused runs
 
-        self._kernel = fused_kernel
+        self._kernel = compiled
         self._shard = shard
         self._job = shard.job
         self._key = run_key(shard.job.seed)
         self._counter = counter(ROUND_STREAM, 0, 0)  # rewritten by the kernel for every (round, block)
         self._noise_counter = counter(NOISE_STREAM, 0)  # for every round of a central curator's noise
-        self._generator = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
+        self._generator = np.zeros(compiled.STATE_WORDS, np.uint64)
         self._problems: dict[float, Any] = {}  # compiled_problem by a group's smoothing
         self._twin = shard.job.problem.unsmoothed.compiled_problem()  # whose `draw` draws the users
         self._draw_key = draw_key(self._twin)
-        self._draw = fused_kernel.draw_kernel(type(self._twin), int(self._draw_key[:15], 16))
+        self._draw = compiled.draw_kernel(type(self._twin), int(self._draw_key[:15], 16))
         self._kernels: dict[tuple, tuple] = {}  # (round kernel, its stage_key) by the functions it inlines
         self._calls: dict[tuple, tuple] = {}  # _call's, by group (or round) and phase
         self._plans_per_budget = shard.job.protocol.plans_per_budget()
@@ -230,7 +234,7 @@ class FusedRounds:
         return users
 
     def _round_kernel(self, encoding: Any, update: Any, twin: Any) -> tuple[Any, str]:
-        """fused_kernel.round_kernel of a protocol's fused encoding, an optimizer's stages and a
+        """compiled.round_kernel of a protocol's fused encoding, an optimizer's stages and a
         problem's compiled twin, and its stage_key."""
         functions = kernel_functions(encoding, update, twin)
         if functions not in self._kernels:

@@ -3,7 +3,7 @@ population sends its gradient at one query point, with a protocol whose fused en
 block partials (`counts`: P_vec, the sum protocols none, central_gaussian, shuffle_gaussian and
 local_l2, Girgis's linf, l2 and l1 randomizers, a plug-in's such as the Skellam sum's) in exact
 mode on a problem with a compiled twin (Problem.compiled_problem), as one call of a
-fused_kernel.block_kernel over the shard's held users instead of about 12 numpy passes
+compiled.block_kernel over the shard's held users instead of about 12 numpy passes
 (shared/DESIGN.md §5, "Fast paths are twins of the reference path").
 
 It is the twin of `Shard.python_partial_counts`: the same streams drawn in the same order
@@ -27,7 +27,7 @@ from pipeline.twins import stage_key
 
 class InteractiveRounds:
     """A shard's compiled fully interactive rounds: each round's share of the statistic from
-    its held users, one kernel call (fused_kernel.block_kernel), the twin of
+    its held users, one kernel call (compiled.block_kernel), the twin of
     Shard.python_partial_counts (the protocol's encode_block over the problem's gradients), bit for bit.
 
     Args:
@@ -35,12 +35,12 @@ class InteractiveRounds:
     """
 
     def __init__(self, shard):
-        from pipeline.engine import fused_kernel
+        from pipeline import compiled
 
         self._shard = shard
         self._key = run_key(shard.job.seed)
         self._counter = counter(ROUND_STREAM, 0, 0)  # rewritten by the kernel for every block
-        self._state = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
+        self._state = np.zeros(compiled.STATE_WORDS, np.uint64)
         self._problem = shard.job.problem.compiled_problem()
 
     @staticmethod
@@ -95,14 +95,14 @@ _BLOCK_KERNELS: dict = {}  # (the encoding's class, the twin's class) → its bl
 
 
 def block_kernel(encoding: Any, twin: Any) -> Any:
-    """fused_kernel.block_kernel of a protocol's fused encoding and a compiled twin's gradients,
+    """compiled.block_kernel of a protocol's fused encoding and a compiled twin's gradients,
     keyed by the sources of the functions it inlines (twins.stage_key)."""
     kinds = (type(encoding), type(twin))
     if kinds not in _BLOCK_KERNELS:
-        from pipeline.engine import fused_kernel
+        from pipeline import compiled
 
         key = stage_key("blocks", (*encoding_functions(encoding), type(twin).gradients, pairwise_sum))
-        _BLOCK_KERNELS[kinds] = fused_kernel.block_kernel(*kinds, int(key[:15], 16))
+        _BLOCK_KERNELS[kinds] = compiled.block_kernel(*kinds, int(key[:15], 16))
     return _BLOCK_KERNELS[kinds]
 
 
@@ -138,7 +138,7 @@ def encoded_blocks(encoding: Any, inputs: np.ndarray, block_size: int, key: np.n
       Each block's partial (encoding.block_partial), or None if a block cannot finish (a value
       not finite, a fixed-point overflow).
     """
-    from pipeline.engine import fused_kernel
+    from pipeline import compiled
 
     dim, users = inputs.shape
     starts = np.arange(0, users, block_size, dtype=np.int64)
@@ -146,7 +146,7 @@ def encoded_blocks(encoding: Any, inputs: np.ndarray, block_size: int, key: np.n
     counts = np.empty((starts.size, *accumulator_shape(encoding, dim)), np.int64)
     twin = GivenInputs(dim)
     kernel = block_kernel(encoding, twin)
-    state = np.zeros(fused_kernel.STATE_WORDS, np.uint64)
+    state = np.zeros(compiled.STATE_WORDS, np.uint64)
     if not kernel(twin, np.zeros(dim), inputs, starts, stops, np.arange(starts.size), round_index, key,
                   counter(ROUND_STREAM, 0, 0), state, chunk_users(dim), encoding, counts):
         return None

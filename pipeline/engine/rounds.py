@@ -212,10 +212,10 @@ def _unpickle_records(columns: dict | None, params: list, released: dict) -> Rou
 
 
 def compiled_stages(update: Any) -> tuple[Callable, Callable, Callable]:
-    """An optimizer's stages compiled one by one (fused_kernel.compiled_stages; numba loads there only)."""
-    from pipeline.engine import fused_kernel
+    """An optimizer's stages compiled one by one (compiled.compiled_stages; numba loads there only)."""
+    from pipeline import compiled
 
-    return fused_kernel.compiled_stages(update)
+    return compiled.compiled_stages(update)
 
 
 # The latest steppers' compiled updates and stages: asked once per optimizer, not once per round.

@@ -71,7 +71,7 @@ STATE_FUNCTIONS = ("init", "start", "query", "update", "output")
 class CompiledUpdate(NamedTuple):
     """An optimizer's round as the compiled rounds run it: three stage functions in numba's subset
     of Python (loops over coordinates, no numpy calls beyond np.isfinite and np.sqrt), which the
-    one compiling module compiles into its round loop (pipeline.engine.fused_kernel.round_kernel);
+    one compiling module compiles into its round loop (pipeline.compiled.round_kernel);
     a plug-in's compile the same way, with no package edit. The optimizers build theirs from
     transforms written once in the family that owns them (pipeline.optimizers.transforms.chain).
 
@@ -146,7 +146,7 @@ def stage_round(update: CompiledUpdate, state: tuple, arrays: tuple, noisy_mean:
 class Staged:
     """`query` and `update` of an optimizer whose round is its stages (`stages`), run here in
     Python: one source with the compiled rounds, which run the same functions compiled
-    (pipeline.engine.rounds on the Python path, fused_kernel in the fused rounds). The numpy
+    (pipeline.engine.rounds on the Python path, pipeline.compiled in the fused rounds). The numpy
     formulas they replace are the tests' oracle (tests/oracles/optimizers.py)."""
 
     # The methods the stages reproduce: a subclass that overrides one of them, and not `stages`,

@@ -9,13 +9,13 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from pipeline.problems.base import CompiledProblem, writeable
+from pipeline.problems.base import TWINNED, CompiledProblem, Twinned, writeable
 from pipeline.problems.finite import FiniteBallProblem, choice_cdf, finite_draw, finite_losses, finite_support
 from pipeline.twins import keeps_twin
 
-# What the compiled twins reproduce (compiled_problem, compiled_envelope): a
-# subclass overriding one keeps numpy; Elastic states its own twins.
-REPRODUCED = ("sample", "gradients", "losses", "project", "population_loss", "excess_loss")
+# What the compiled twins reproduce besides the gradients and population losses (Twinned, and the
+# envelope's, compiled_envelope): a subclass overriding one keeps numpy; Elastic states its own twins.
+REPRODUCED = ("sample", "losses", "project")
 
 
 def sign(value):
@@ -167,7 +167,7 @@ def one_sided_derivatives(theta: np.ndarray, support: np.ndarray, weights: np.nd
 
 
 @dataclasses.dataclass(frozen=True)
-class Absolute(FiniteBallProblem):
+class Absolute(Twinned, FiniteBallProblem):
     """ℓ(θ, x) = ‖θ − x‖₁ = Σ_j |θ_j − x_j| on Θ = {‖θ‖₂ ≤ R}.
 
     Data: a fixed distribution on K = 64 points with ‖x‖₂ ≤ R/2 and unequal weights
@@ -197,6 +197,7 @@ class Absolute(FiniteBallProblem):
     dim: int
     radius: float
     name: ClassVar[str] = "absolute"
+    twin_reproduces: ClassVar[tuple[str, ...]] = REPRODUCED
     tag: ClassVar[int] = 2  # seeds the distribution's generator together with d
 
     @property
@@ -231,18 +232,14 @@ class Absolute(FiniteBallProblem):
         """Per-user losses ℓ(θ, x_i), shape (count,)."""
         return np.abs(theta[:, None] - data).sum(axis=0)
 
-    def gradients(self, theta: np.ndarray, data: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        out = np.subtract(theta[:, None], data, out=out)
-        return np.sign(out, out=out)
-
     def prox(self, theta: np.ndarray, data: np.ndarray, step: float) -> np.ndarray:
         gap = theta[:, None] - data
         return data + np.sign(gap) * np.maximum(np.abs(gap) - step, 0.0)
 
-    def compiled_problem(self) -> CompiledProblem | None:
-        return SignTwin.of(self) if keeps_twin(self, "compiled_problem", REPRODUCED) else None
+    def twin(self) -> SignTwin:
+        return SignTwin.of(self)
 
     def compiled_envelope(self, beta: float) -> CompiledProblem | None:
         """prox with step s = 1/β: soft-thresholding of θ by s toward each x."""
-        kept = keeps_twin(self, "compiled_envelope", (*REPRODUCED, "prox"))
+        kept = keeps_twin(self, "compiled_envelope", (*TWINNED, *REPRODUCED, "prox"))
         return EnvelopeTwin.of(self, beta, threshold=1.0 / beta) if kept else None

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 import math
 import numbers
 from typing import Any, Callable, ClassVar, NamedTuple
@@ -10,7 +11,9 @@ from typing import Any, Callable, ClassVar, NamedTuple
 import numpy as np
 
 from pipeline.errors import ConfigError, shown
+from pipeline.numerics import project_to_ball
 from pipeline.options import Option
+from pipeline.twins import keeps_twin
 # How users hold records (one each, m, or a law of counts; the records a round uses) is part of the
 # problem contract: the engine reads it from here. Its machinery lives in records.py.
 from pipeline.problems.records import ONE_EACH, RecordsPerUser, choose_records, offsets_of  # noqa: F401
@@ -24,16 +27,37 @@ def squared_norm(vector: np.ndarray) -> float:
 
 
 def ball_projection(theta: np.ndarray, radius: float) -> np.ndarray:
-    """The Euclidean projection onto {‖θ‖₂ ≤ radius}."""
-    norm = math.sqrt(squared_norm(theta))
-    return theta if norm <= radius else theta * (radius / norm)
+    """The Euclidean projection onto {‖θ‖₂ ≤ radius}: numerics.project_to_ball, compiled (the
+    compiled rounds inline it), on a copy.
+
+    Returns:
+      A new float64 array.
+    """
+    projected = np.array(theta, np.float64)
+    compiled_function(project_to_ball)(projected, float(radius), np.empty(projected.size))
+    return projected
+
+
+def compiled_function(function):
+    """A function in numba's subset compiled alone (pipeline.compiled.compiled_function): numba
+    loads at a problem's first call of one, not when the problems are imported."""
+    from pipeline import compiled
+
+    return compiled.compiled_function(function)
+
+
+def _floats(values) -> np.ndarray:
+    """`values` as a C-ordered, writeable float64 array, copied only if it is not one already: the
+    argument types a twin's function is compiled for once (numba compiles anew for read-only or
+    strided arrays)."""
+    return np.require(values, np.float64, ("C", "W"))
 
 
 # --- A problem's compiled twin (Problem.compiled_problem) -----------------------------------------
-# What the compiled rounds (pipeline.engine.fused_kernel) take of a problem: a NamedTuple of its
+# What the compiled rounds (pipeline.compiled) take of a problem: a NamedTuple of its
 # constants whose class defines, in numba's subset, how a user's gradient is made from its data
-# point, the released model's losses and how its users are drawn, each float operation in the
-# order the problem's numpy methods apply it, so that both paths give the same bits:
+# point, the released model's losses and how its users are drawn (the draw: each float operation in
+# the order `sample` applies it to numpy's draws, so that both give the same bits):
 #   gradients(self, query, data, column, users, out): the gradients at `query` of data columns
 #     [column, column + users) into `out`, a flat (coordinate, user) array (`gradients`' (d, users));
 #   losses(self, released, squares) -> (excess, population): `excess_loss` and `population_loss`
@@ -44,8 +68,10 @@ def ball_projection(theta: np.ndarray, radius: float) -> np.ndarray:
 # (quadratic.QuadraticTwin, bernoulli.BernoulliTwin), the absolute deviation's sign(θ − x) + λθ
 # and the Moreau envelope of it (absolute.SignTwin, absolute.EnvelopeTwin, which is never drawn
 # from: the unsmoothed problem draws; Elastic's λ), and the kernels call them by the twin's type.
-# Anything else (logistic: numpy's SIMD exp and log are not libm's; a plug-in that gives none)
-# keeps the Python path. Nothing here loads numba.
+# A Twinned problem's public gradients and losses are these functions too, compiled alone (numba
+# loads at the first call, not at import); their numpy forms are the tests' oracle
+# (tests/oracles/problems.py). Anything else (logistic: numpy's SIMD exp and log are not libm's;
+# a plug-in that gives none) keeps numpy and the Python path.
 CompiledProblem = NamedTuple  # a problem's compiled twin: its constants, its class the functions above
 
 
@@ -323,3 +349,71 @@ class Problem(abc.ABC):
             "lambda": self.strong_convexity,
             "D": self.diameter,
         }
+
+
+def twin_gradients(twin: CompiledProblem, theta: np.ndarray, data: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Problem.gradients by a compiled twin's `gradients`, compiled alone (compiled_function).
+
+    Args:
+      twin: the compiled twin.
+      theta: the model, shape (dim,).
+      data: the users' points, shape (dim, count), any layout and real dtype.
+      out: where to write them (shape (dim, count)), or None.
+
+    Returns:
+      float64 array of shape (dim, count): `out` if given.
+    """
+    query, data = _floats(theta), _floats(data)
+    users = data.shape[1]
+    target = out if out is not None and out.flags.c_contiguous and out.flags.writeable \
+        else np.empty((query.size, users))
+    compiled_function(type(twin).gradients)(twin, query, data, 0, users, target.reshape(-1))
+    if out is not None and target is not out:
+        out[...] = target
+        return out
+    return target
+
+
+TWINNED = ("gradients", "population_loss", "excess_loss")  # what Twinned runs of its twin
+
+
+class Twinned(Problem):
+    """A problem whose gradients and losses are written once, as its compiled twin's functions
+    (`twin`, a CompiledProblem): `gradients`, `population_loss` and `excess_loss` run them compiled
+    one call at a time (compiled_function), and the compiled rounds inline the same functions.
+    Their numpy forms are the tests' oracle (tests/oracles/problems.py).
+
+    Class attributes:
+      twin_reproduces: what else of the class the twin reproduces (its `draw`: `sample`; the
+        kernels' projection: `project`). A subclass that overrides one of these, or `gradients`,
+        `population_loss` or `excess_loss`, keeps the Python path (twins.keeps_twin).
+    """
+
+    twin_reproduces: ClassVar[tuple[str, ...]] = ("sample", "project")
+
+    @abc.abstractmethod
+    def twin(self) -> CompiledProblem:
+        """This problem's compiled twin: its constants, whose class defines `gradients`, `losses`
+        and `draw` in numba's subset (CompiledProblem)."""
+
+    @functools.cached_property
+    def _twin(self) -> CompiledProblem:
+        return self.twin()
+
+    def gradients(self, theta: np.ndarray, data: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        return twin_gradients(self._twin, theta, data, out)
+
+    def _losses(self, theta: np.ndarray) -> tuple[float, float]:
+        """(excess, population) of θ, the twin's `losses`."""
+        released = _floats(theta)
+        return compiled_function(type(self._twin).losses)(self._twin, released, np.empty(released.size))
+
+    def population_loss(self, theta: np.ndarray) -> float:
+        return self._losses(theta)[1]
+
+    def excess_loss(self, theta: np.ndarray) -> float:
+        return self._losses(theta)[0]
+
+    def compiled_problem(self) -> CompiledProblem | None:
+        kept = keeps_twin(self, "twin", (*TWINNED, *self.twin_reproduces))
+        return self._twin if kept else None

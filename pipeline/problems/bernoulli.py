@@ -10,9 +10,8 @@ import numpy as np
 
 from pipeline.numerics import ordered_dot
 from pipeline import draws
-from pipeline.problems.base import CompiledProblem, Problem, ball_projection, squared_norm, writeable
+from pipeline.problems.base import Twinned, ball_projection, writeable
 from pipeline.problems.quadratic import centred_gradients, centred_losses
-from pipeline.twins import keeps_twin
 
 class BernoulliTwin(NamedTuple):
     """Bernoulli's compiled twin (pipeline.problems.base): the quadratic's gradients and losses
@@ -43,12 +42,8 @@ class BernoulliTwin(NamedTuple):
             done += size
 
 
-# What the compiled twin reproduces (compiled_problem): a subclass overriding one keeps numpy.
-_REPRODUCED = ("sample", "gradients", "project", "population_loss", "excess_loss")
-
-
 @dataclasses.dataclass(frozen=True)
-class Bernoulli(Problem):
+class Bernoulli(Twinned):
     """Mean estimation of independent bits: x_j ~ Bernoulli(μ_j), Θ = {‖θ‖₂ ≤ R}.
 
     μ_j = c·(j + 1)/(d + 1) with c = min(1, R/(2√d)), so ‖μ‖₂ ≤ R/2 and θ* = μ
@@ -96,29 +91,17 @@ class Bernoulli(Problem):
     def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
         return (rng.random((self.dim, count)) < self.optimum[:, None]).astype(np.float64)
 
-    def gradients(self, theta: np.ndarray, data: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        return np.subtract(theta[:, None], data, out=out)
-
     def prox(self, theta: np.ndarray, data: np.ndarray, step: float) -> np.ndarray:
         return (theta[:, None] + step * data) / (1.0 + step)
 
     def project(self, theta: np.ndarray) -> np.ndarray:
         return ball_projection(theta, self.radius)
 
-    # Sums in a fixed order (squared_norm, ordered_dot), not the BLAS's: the same bits on any CPU.
-    def population_loss(self, theta: np.ndarray) -> float:
-        return self.excess_loss(theta) + self.variance
-
     @functools.cached_property
     def variance(self) -> float:
-        """½Σ_j μ_j(1 − μ_j): the population loss at θ* = μ."""
+        """½Σ_j μ_j(1 − μ_j): the population loss at θ* = μ, summed in a fixed order (ordered_dot,
+        not the BLAS's: the same bits on any CPU)."""
         return 0.5 * ordered_dot(self.optimum, 1.0 - self.optimum)
 
-    def excess_loss(self, theta: np.ndarray) -> float:
-        gap = theta - self.optimum
-        return 0.5 * squared_norm(gap)
-
-    def compiled_problem(self) -> CompiledProblem | None:
-        if not keeps_twin(self, "compiled_problem", _REPRODUCED):
-            return None
+    def twin(self) -> BernoulliTwin:
         return BernoulliTwin(writeable(self.optimum), float(self.variance))

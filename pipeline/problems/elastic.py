@@ -10,7 +10,7 @@ import numpy as np
 
 from pipeline.numerics import ordered_dot
 from pipeline.problems.absolute import REPRODUCED, Absolute, EnvelopeTwin, SignTwin
-from pipeline.problems.base import CompiledProblem
+from pipeline.problems.base import TWINNED, CompiledProblem
 from pipeline.twins import keeps_twin
 
 
@@ -69,25 +69,18 @@ class Elastic(Absolute):
         """Per-user losses ℓ(θ, x_i), shape (count,)."""
         return np.abs(theta[:, None] - data).sum(axis=0) + 0.5 * self.regularization * ordered_dot(theta, theta)
 
-    def gradients(self, theta: np.ndarray, data: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        out = np.subtract(theta[:, None], data, out=out)
-        np.sign(out, out=out)
-        out += self.regularization * theta[:, None]
-        return out
-
     def prox(self, theta: np.ndarray, data: np.ndarray, step: float) -> np.ndarray:
         curvature = self.regularization + 1.0 / step
         centre = (theta / (1.0 + self.regularization * step))[:, None]
         gap = centre - data
         return data + np.sign(gap) * np.maximum(np.abs(gap) - 1.0 / curvature, 0.0)
 
-    def compiled_problem(self) -> CompiledProblem | None:
-        kept = keeps_twin(self, "compiled_problem", REPRODUCED)
-        return SignTwin.of(self, ridge=self.regularization) if kept else None
+    def twin(self) -> SignTwin:
+        return SignTwin.of(self, ridge=self.regularization)
 
     def compiled_envelope(self, beta: float) -> CompiledProblem | None:
         """prox with step s = 1/β: its centre θ/(1 + λs) and threshold 1/(λ + 1/s)."""
-        if not keeps_twin(self, "compiled_envelope", (*REPRODUCED, "prox")):
+        if not keeps_twin(self, "compiled_envelope", (*TWINNED, *REPRODUCED, "prox")):
             return None
         step = 1.0 / beta
         return EnvelopeTwin.of(self, beta, ridge=self.regularization, denominator=1.0 + self.regularization * step,

@@ -8,9 +8,8 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from pipeline import draws
-from pipeline.numerics import column_norms, pairwise_sum
-from pipeline.problems.base import CompiledProblem, Problem, ball_projection, squared_norm, writeable
-from pipeline.twins import keeps_twin
+from pipeline.numerics import pairwise_sum
+from pipeline.problems.base import Twinned, ball_projection, compiled_function, writeable
 
 def centred_gradients(self, query, data, column, users, out):
     """A compiled twin's (pipeline.problems.base) gradients q − x, coordinate by coordinate (row by
@@ -50,30 +49,32 @@ class QuadraticTwin(NamedTuple):
     losses = centred_losses
 
     def draw(self, state, out, tape):
-        """from_normals of the stream's next normals: each user's normal direction (its norm summed
-        coordinate by coordinate, a zero norm read as 1) scaled to `spread` and moved to θ*."""
-        dim, users = out.shape
+        """Quadratic.sample's users: the stream's next normals, placed on the sphere (on_sphere)."""
         draws.normals(state, out.reshape(out.size), tape)
-        norms = np.zeros(users)
-        for coordinate in range(dim):
-            row = out[coordinate]
-            for user in range(users):
-                norms[user] += row[user] * row[user]
+        on_sphere(self.optimum, self.spread, out)
+
+
+def on_sphere(optimum, spread, directions):
+    """The users whose directions are these normals (d, users), in place: each user's direction
+    (its norm summed coordinate by coordinate, as np.linalg.norm(axis=0) sums it; a zero norm
+    read as 1) scaled to `spread` and moved to θ*. Quadratic.from_normals and its twin's draw."""
+    dim, users = directions.shape
+    norms = np.zeros(users)
+    for coordinate in range(dim):
+        row = directions[coordinate]
         for user in range(users):
-            norm = np.sqrt(norms[user])
-            norms[user] = self.spread / (norm if norm != 0.0 else 1.0)
-        for coordinate in range(dim):
-            row, centre = out[coordinate], self.optimum[coordinate]
-            for user in range(users):
-                row[user] = row[user] * norms[user] + centre
-
-
-# What the compiled twin reproduces (compiled_problem): a subclass overriding one keeps numpy.
-_REPRODUCED = ("sample", "from_normals", "gradients", "project", "population_loss", "excess_loss")
+            norms[user] += row[user] * row[user]
+    for user in range(users):
+        norm = np.sqrt(norms[user])
+        norms[user] = spread / (norm if norm != 0.0 else 1.0)
+    for coordinate in range(dim):
+        row, centre = directions[coordinate], optimum[coordinate]
+        for user in range(users):
+            row[user] = row[user] * norms[user] + centre
 
 
 @dataclasses.dataclass(frozen=True)
-class Quadratic(Problem):
+class Quadratic(Twinned):
     """ℓ(θ, x) = ½‖θ − x‖² on Θ = {‖θ‖₂ ≤ R}.
 
     Data: x = μ + (R/2)·u with u uniform on the unit sphere and μ = (R/2)·1/√d,
@@ -89,6 +90,7 @@ class Quadratic(Problem):
     dim: int
     radius: float
     name: ClassVar[str] = "quadratic"
+    twin_reproduces: ClassVar[tuple[str, ...]] = ("sample", "from_normals", "project")
 
     @property
     def lipschitz(self) -> float:
@@ -125,22 +127,10 @@ class Quadratic(Problem):
         return self.from_normals(rng.standard_normal((self.dim, count)))
 
     def from_normals(self, directions: np.ndarray) -> np.ndarray:
-        """The users whose directions are these standard normals, (d, count), in place: what
-        `sample` makes of its draw (the fused rounds draw the normals in compiled code,
-        pipeline.engine.fused)."""
-        # ‖x‖ as np.linalg.norm(axis=0) sums it (coordinate by coordinate, no FMA: the same
-        # bits) for any count, without its d × count array of squares; then in place: a
-        # sequential run's users are drawn a block per window, and these passes were a third
-        # of the draw.
-        norms = column_norms(directions)
-        # A zero draw has probability 0; guard anyway so no NaN can appear.
-        norms[norms == 0.0] = 1.0
-        directions *= np.divide(self.spread, norms, out=norms)
-        directions += self.optimum[:, None]
+        """The users whose directions are these standard normals, (d, count) C-ordered float64, in
+        place (on_sphere, compiled): what `sample` makes of its draw."""
+        compiled_function(on_sphere)(self._twin.optimum, self.spread, directions)
         return directions
-
-    def gradients(self, theta: np.ndarray, data: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        return np.subtract(theta[:, None], data, out=out)
 
     def prox(self, theta: np.ndarray, data: np.ndarray, step: float) -> np.ndarray:
         # argmin ½‖θ' − x‖² + ‖θ' − θ‖²/(2s) = (θ + s·x)/(1 + s).
@@ -149,15 +139,5 @@ class Quadratic(Problem):
     def project(self, theta: np.ndarray) -> np.ndarray:
         return ball_projection(theta, self.radius)
 
-    def population_loss(self, theta: np.ndarray) -> float:
-        gap = theta - self.optimum
-        return 0.5 * squared_norm(gap) + 0.5 * self.spread**2
-
-    def excess_loss(self, theta: np.ndarray) -> float:
-        gap = theta - self.optimum
-        return 0.5 * squared_norm(gap)
-
-    def compiled_problem(self) -> CompiledProblem | None:
-        if not keeps_twin(self, "compiled_problem", _REPRODUCED):
-            return None
+    def twin(self) -> QuadraticTwin:
         return QuadraticTwin(writeable(self.optimum), 0.5 * self.spread**2, float(self.spread))

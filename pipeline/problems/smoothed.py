@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
 from pipeline.errors import ConfigError
-from pipeline.problems.base import CompiledProblem, Problem
+from pipeline.problems.base import CompiledProblem, Problem, twin_gradients
 from pipeline.twins import keeps_twin
 
 
@@ -88,7 +89,15 @@ class MoreauSmoothed(Problem):
     def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
         return self.base.sample(rng, count)
 
+    @functools.cached_property
+    def _envelope(self) -> CompiledProblem | None:
+        return self.base.compiled_envelope(self.beta)
+
     def gradients(self, theta: np.ndarray, data: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """β(θ − prox_{ℓ/β}(θ)): the base's compiled envelope where it has one (written once, there),
+        else from its numpy prox."""
+        if self._envelope is not None:
+            return twin_gradients(self._envelope, theta, data, out)
         return np.multiply(self.beta, theta[:, None] - self.base.prox(theta, data, 1.0 / self.beta), out=out)
 
     def project(self, theta: np.ndarray) -> np.ndarray:
@@ -106,4 +115,4 @@ class MoreauSmoothed(Problem):
     def compiled_problem(self) -> CompiledProblem | None:
         """The base's compiled envelope (Problem.compiled_envelope), if it has one."""
         kept = keeps_twin(self, "compiled_problem", ("sample", "gradients", "project", "population_loss", "excess_loss"))
-        return self.base.compiled_envelope(self.beta) if kept else None
+        return self._envelope if kept else None

@@ -521,7 +521,7 @@ def _note_ties(lows, size, ties):
 
 
 class FusedEncoding(NamedTuple):
-    """The constants of a P_vec call as its compiled twin uses them (pipeline.engine.fused_kernel),
+    """The constants of a P_vec call as its compiled twin uses them (pipeline.compiled),
     each computed as the Python path computes it, and the twin's functions (the kernels' protocol
     contract: work, encode, finish_block, analyze, counts), encode_block's and finish and decode's
     operations in their order.

@@ -71,7 +71,7 @@ FUSED_KINDS = ("linf", "l2", "l1")
 
 class GirgisEncoding(NamedTuple):
     """The constants of a linf, l2 or l1 call as its compiled twin uses them
-    (pipeline.engine.fused_kernel), each as girgis.py computes it, and its functions.
+    (pipeline.compiled), each as girgis.py computes it, and its functions.
 
     Attributes:
       kind: the randomizer's index in FUSED_KINDS.

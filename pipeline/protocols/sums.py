@@ -209,7 +209,7 @@ def _duchi_in_place(inputs, dim, users, state, radius, agreement, report_norm, n
 
 class FusedSum(NamedTuple):
     """The constants of a sum protocol's call as its compiled twin uses them
-    (pipeline.engine.fused_kernel), and the twin's functions (the kernels' protocol contract:
+    (pipeline.compiled), and the twin's functions (the kernels' protocol contract:
     work, encode, finish_block, analyze, counts), encode_block's and finish's operations in their order.
 
     Attributes:

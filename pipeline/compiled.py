@@ -45,7 +45,7 @@ from numba.np.random._constants import fi_double, ki_double, wi_double, ziggurat
 from numba.np.random.distributions import _binomial_btpe_squeeze
 
 from pipeline import draws
-from pipeline.numerics import pairwise_sum
+from pipeline.numerics import pairwise_sum, project_to_ball
 from pipeline.twins import called_functions, stage_key
 
 # numba names compiled code `qualname$n`, n counting from 1 in each process, and links code of one
@@ -135,6 +135,7 @@ def jitable(function):
 
 
 jitable(pairwise_sum)  # numerics' sums, which the kernels and the problems' twins share
+jitable(project_to_ball)  # the ball's projection, problems.base.ball_projection's
 
 
 # --- the generator ----------------------------------------------------------------------
@@ -725,20 +726,6 @@ def _gradients(problem, query, data, column, users, out, norms):
     return True
 
 
-@register_jitable
-def _project(step, radius, squares):
-    """π onto the problem's ball, in place (problems.base.ball_projection; for every problem with a
-    twin, an envelope's is its base's): its norm numpy's pairwise sum of the squares."""
-    dim = step.size
-    for coordinate in range(dim):
-        squares[coordinate] = step[coordinate] * step[coordinate]
-    norm = np.sqrt(pairwise_sum(squares, 0, dim))
-    if not norm <= radius:
-        shrink = radius / norm
-        for coordinate in range(dim):
-            step[coordinate] *= shrink
-
-
 @cached()
 def _segment(user, stop_user, block_size, round_index, key, counter, state):
     """The end of the part of a round's users [user, stop_user) in user's block; `state` set to
@@ -776,7 +763,7 @@ def _round_loop(query_stage, step_stage, release_stage):
     by _encode_block, False on a non-finite value; the analyzer's estimate of the sum from the
     stream (NOISE_STREAM, round) (`noise_counter`: its first counter, any round; a curator's noise
     draws there), which also clears the round's encoding, False if it cannot; the mean
-    ḡ = estimate/batch (False if not finite), step_stage, the projection (_project),
+    ḡ = estimate/batch (False if not finite), step_stage, the projection (numerics.project_to_ball),
     release_stage (in place on the optimizer's state (θ, extra, t); False if not finite); the
     released model's losses (problem_losses) into excess and population. It returns how many
     rounds ran: `count`, or the first round that failed (the Python round then says why).
@@ -813,7 +800,7 @@ def _round_loop(query_stage, step_stage, release_stage):
                     return done
                 mean[coordinate] = estimate[coordinate] / batch
             step_stage(constants, theta, extra, steps, mean, step)
-            _project(step, radius, squares)
+            project_to_ball(step, radius, squares)
             if not release_stage(constants, theta, extra, steps, mean, step, released):
                 return done
             excess[done], population[done] = problem_losses(problem, released, squares)
@@ -885,28 +872,37 @@ def _keyed(kernel, kind: str, parts: tuple, tag: int):
     return kernel
 
 
+def compiled_function(function):
+    """A function in numba's subset (a twin's, a stage, a helper) compiled alone, with the functions
+    it calls (jitable), for the code that calls it one call at a time: the rounds the engine runs
+    in Python (pipeline.engine.rounds) and the problems' public methods (problems.base.Twinned).
+    Cached on disk as the kernels are (_keyed, by twins.stage_key of it and what it calls, in
+    other files too: a chain's stages call its transforms); a function shipped by value to a node
+    without its file compiles in each process.
+
+    Returns:
+      Its compiled twin, one per function for this process.
+    """
+    if function not in _ALONE:
+        jitable(function)
+        compiled = njit(function)
+        if os.path.isfile(function.__code__.co_filename):
+            compiled = _keyed(compiled, "stage", (function,), stage_key("stage", (function,)))
+        _ALONE[function] = compiled
+    return _ALONE[function]
+
+
 def compiled_stages(update) -> tuple:
-    """An optimizer's stages (CompiledUpdate) compiled one by one, for the rounds the engine runs in
-    Python (pipeline.engine.rounds): the functions the round kernels inline, called here with the
-    problem's own projection between the step and the release. Each is cached on disk as the
-    kernels are (_keyed, by twins.stage_key of it and what it calls: a chain's stages call its
-    transforms, in other files); a stage shipped by value to a node without its file compiles in
-    each process.
+    """An optimizer's stages (CompiledUpdate) compiled one by one (compiled_function), for the
+    rounds the engine runs in Python, with the problem's own projection between step and release.
 
     Returns:
       (query, step, release), compiled.
     """
-    for stage in (update.query, update.step, update.release):
-        if stage not in _ALONE:
-            jitable(stage)
-            compiled = njit(stage)
-            if os.path.isfile(stage.__code__.co_filename):
-                compiled = _keyed(compiled, "stage", (stage,), stage_key("stage", (stage,)))
-            _ALONE[stage] = compiled
-    return _ALONE[update.query], _ALONE[update.step], _ALONE[update.release]
+    return tuple(compiled_function(stage) for stage in (update.query, update.step, update.release))
 
 
-_ALONE: dict = {}  # a stage function → its compiled twin, for this process
+_ALONE: dict = {}  # a function → its compiled twin, for this process (compiled_function)
 
 
 class _KeyedCache(_LockedCache):

@@ -1,0 +1,71 @@
+"""The built-in problems' gradients, losses and projection in numpy, as their classes held them
+before their compiled twins became their one definition (pipeline.problems.base.Twinned): the
+tests' independent oracle, checked bit for bit in tests/test_problem_twins.py against the twins
+run interpreted, compiled alone and through the problems' public methods. Each takes the problem
+for its constants."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from pipeline.numerics import column_norms, ordered_dot
+
+
+def squared_norm(vector: np.ndarray) -> float:
+    """‖v‖₂² as numpy's pairwise sum of the squares."""
+    return float(np.add.reduce(vector * vector))
+
+
+def ball_projection(theta: np.ndarray, radius: float) -> np.ndarray:
+    """The Euclidean projection onto {‖θ‖₂ ≤ radius}."""
+    norm = math.sqrt(squared_norm(theta))
+    return theta if norm <= radius else theta * (radius / norm)
+
+
+def from_normals(problem, directions: np.ndarray) -> np.ndarray:
+    """The quadratic's users from standard normals (d, count), in place: x = θ* + spread·u/‖u‖."""
+    norms = column_norms(directions)
+    norms[norms == 0.0] = 1.0
+    directions *= np.divide(problem.spread, norms, out=norms)
+    directions += problem.optimum[:, None]
+    return directions
+
+
+def centred_gradients(problem, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """The quadratic's and Bernoulli's ∇½‖θ − x‖² = θ − x."""
+    return np.subtract(theta[:, None], data)
+
+
+def sign_gradients(problem, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """The absolute deviation's sign(θ − x), plus Elastic's λθ."""
+    out = np.sign(np.subtract(theta[:, None], data))
+    ridge = getattr(problem, "regularization", None)
+    if ridge is not None:
+        out += ridge * theta[:, None]
+    return out
+
+
+def envelope_gradients(problem, theta: np.ndarray, data: np.ndarray, beta: float) -> np.ndarray:
+    """The Moreau envelope's β(θ − prox_{ℓ/β}(θ)) (seed 000, Lemma 4.6), the base's numpy prox."""
+    return np.multiply(beta, theta[:, None] - problem.prox(theta, data, 1.0 / beta))
+
+
+def gradients(problem, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """A built-in problem's gradients, by its registered name."""
+    by_name = {"quadratic": centred_gradients, "bernoulli": centred_gradients,
+               "absolute": sign_gradients, "elastic": sign_gradients}
+    return by_name[problem.name](problem, theta, data)
+
+
+def losses(problem, theta: np.ndarray) -> tuple[float, float]:
+    """(excess, population) of θ: the quadratic's ½‖θ − θ*‖² and that plus ½·spread²; Bernoulli's
+    plus ½Σμ(1 − μ); a finite problem's Σ_k w_k ℓ(θ, x_k), its excess taken term by term."""
+    if problem.name in ("quadratic", "bernoulli"):
+        gap = theta - problem.optimum
+        excess = 0.5 * squared_norm(gap)
+        constant = 0.5 * problem.spread**2 if problem.name == "quadratic" \
+            else 0.5 * ordered_dot(problem.optimum, 1.0 - problem.optimum)
+        return excess, excess + constant
+    gaps = problem.losses(theta, problem.support) - problem.losses(problem.optimum, problem.support)
+    return ordered_dot(problem.weights, gaps), ordered_dot(problem.weights, problem.losses(theta, problem.support))
