@@ -1,6 +1,6 @@
 """The random draws a compiled twin may make (a problem's users, a protocol's randomizer), each
 defined once, in pipeline.compiled, bit for bit as numpy's Generator makes it from a
-Philox stream held as the kernel's state words (fused.state_words).
+Philox stream held as the kernel's state words (state_words).
 
 A twin's functions, written in numba's subset in their family's file, call the names below; the
 kernel compiles each call into its implementation (numba's `overload`). They exist in compiled
@@ -8,6 +8,9 @@ code only (this module imports nothing of the engine, which imports it): in Pyth
 numpy's Generator, whose draws these are.
 """
 from __future__ import annotations
+
+import contextlib
+from typing import Iterator
 
 import numpy as np
 
@@ -85,3 +88,45 @@ def poisson(state: np.ndarray, mean: float) -> int:
 def fill_poisson(state: np.ndarray, mean: float, out: np.ndarray) -> None:
     """Fills the int64 array `out` with the next out.size `poisson(mean)` draws (`poisson(mean, size)`)."""
     _compiled_only("fill_poisson")
+
+
+# --- a numpy generator's stream as the kernel's state, and back -------------------------------
+
+def state_words(generator: np.random.Generator) -> np.ndarray:
+    """A Philox generator's state as the kernel's uint64 words (pipeline.compiled.STATE_WORDS: the
+    counter, the key, the buffer of four outputs, the position in it, whether a 32-bit half waits
+    and that half), a copy.
+
+    Raises:
+      TypeError: the generator is not Philox's.
+    """
+    now = generator.bit_generator.state
+    if now["bit_generator"] != "Philox":
+        raise TypeError(f"a {now['bit_generator']} generator: the kernel's draws are Philox's")
+    return np.array([*now["state"]["counter"], *now["state"]["key"], *now["buffer"], now["buffer_pos"],
+                     now["has_uint32"], now["uinteger"]], np.uint64)
+
+
+def set_state_words(generator: np.random.Generator, words: np.ndarray) -> None:
+    """Moves a Philox generator to the kernel's state `words` (state_words' inverse)."""
+    generator.bit_generator.state = {
+        "bit_generator": "Philox", "state": {"counter": words[0:4].copy(), "key": words[4:6].copy()},
+        "buffer": words[6:10].copy(), "buffer_pos": int(words[10]), "has_uint32": int(words[11]),
+        "uinteger": int(words[12])}
+
+
+@contextlib.contextmanager
+def drawn_in_compiled_code(generator: np.random.Generator) -> Iterator[np.ndarray]:
+    """The kernel's state of `generator`'s stream, for compiled code to draw from, the generator
+    moved past those draws on exit: numpy's draws and the compiled ones then follow one another
+    on one stream, as on the engine's (Philox) streams. Another generator seeds a Philox stream
+    of its own (one 128-bit key drawn from it): the same law, its own bits.
+
+    Yields:
+      The state words.
+    """
+    if generator.bit_generator.state["bit_generator"] != "Philox":
+        generator = np.random.Generator(np.random.Philox(key=generator.integers(0, 2**64, 2, dtype=np.uint64)))
+    words = state_words(generator)
+    yield words
+    set_state_words(generator, words)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from numba import njit
 
-from pipeline import cli, config, planning, twins
+from pipeline import cli, config, draws, planning, twins
 from pipeline.engine import fused
 from pipeline import compiled as philox  # its generator part
 from pipeline.numerics import column_norms, pairwise_sum
@@ -179,7 +179,7 @@ def test_bulk_bounded_integers_are_numpys_and_leave_its_state(bound, count, befo
     same stream after them (the next 32-bit and raw draws agree)."""
     key, start = run_key(13), counter(4, 2, 9)
     reference = np.random.Generator(np.random.Philox(key=key, counter=start))
-    state = fused.state_words(reference)
+    state = draws.state_words(reference)
     if before == "a 32-bit draw":
         reference.integers(0, 2**32)
         philox.next_uint32(state)
@@ -249,7 +249,7 @@ def test_compiled_normals_are_numpys_on_the_tape_and_past_it(count, tape):
     key = (5, count)
     reference = stream(0, *key)
     want = reference.standard_normal(count)
-    state = fused.state_words(stream(0, *key))
+    state = draws.state_words(stream(0, *key))
     got = np.empty(count)
     philox.normals(state, got, np.empty(tape, np.uint64))
     assert np.array_equal(got, want)
@@ -408,7 +408,7 @@ def test_a_girgis_chunk_gives_encode_blocks_histograms(kind, dim, messages, leve
     encoding = build_protocol(f"girgis_{kind}", "paper").fused_encoding(GirgisCall(params, users, users, "all", 0.0))
     work = encoding.work(dim, users)
     encode = njit(philox.jitable(type(encoding).encode))  # the encoding's twin function, as the kernels inline it
-    encode(encoding, work, inputs.ravel().copy(), column_norms(inputs), dim, users, fused.state_words(stream(0, 2, users, 1)))
+    encode(encoding, work, inputs.ravel().copy(), column_norms(inputs), dim, users, draws.state_words(stream(0, 2, users, 1)))
     assert params.padded_dim > params.coded_dim or kind != "linf"
     assert np.array_equal(work[3], want)
 

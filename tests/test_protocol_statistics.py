@@ -21,6 +21,7 @@ distribution; all seeds are fixed, so the outcomes are deterministic.
 """
 from __future__ import annotations
 
+import dataclasses
 import fractions
 import math
 
@@ -28,6 +29,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
+from pipeline.engine.layout import stream
 from pipeline.protocols import cjmp, sampling
 from pipeline.protocols.base import add_partials
 
@@ -469,8 +471,8 @@ def test_byte_rounding_sampler_is_exact_bernoulli(fraction):
     vectors = np.repeat((targets * params.value_range / params.g - params.norm_bound)[:, None], users, axis=1)
     scaled = cjmp._shift_and_scale(params, vectors.copy(), 256) / 256  # the value the sampler rounds
     probability = scaled - np.floor(scaled)
-    work = cjmp.RoundingWorkspace(users, dim)
-    total = cjmp._rounded_sum(params, vectors.copy(), np.random.default_rng(np.random.SeedSequence([8001, users])), work)
+    no_noise = dataclasses.replace(params, b_noise=0)  # the rounded sum alone (cjmp.rounded_chunk)
+    total = cjmp.encode_block(no_noise, [vectors], stream(8001, 2, users, 0)).ones_above_floor
     successes = total - users * np.floor(scaled[:, 0])
     standard_error = np.sqrt(users * probability[:, 0] * (1 - probability[:, 0]))
     assert np.all(np.abs(successes - users * probability[:, 0]) <= Z * standard_error + 1e-9), (

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.draws import state_words
 from pipeline.engine.job import drawn_per_block
 from pipeline.engine.layout import DATA_STREAM, NOISE_STREAM, ROUND_STREAM, chunk_users, counter, run_key, stream
 from pipeline.engine.rounds import RoundRecords
@@ -181,13 +182,6 @@ def compiled_normals(generator: np.random.Generator, count: int, tape: int = TAP
     normals = np.empty(count)
     compiled.normals(state_words(generator), normals, np.empty(max(1, min(tape, count)), np.uint64))
     return normals
-
-
-def state_words(generator: np.random.Generator) -> np.ndarray:
-    """A Philox generator's state as compiled's STATE_WORDS uint64 words (a copy)."""
-    now = generator.bit_generator.state
-    return np.array([*now["state"]["counter"], *now["state"]["key"], *now["buffer"], now["buffer_pos"],
-                     now["has_uint32"], now["uinteger"]], np.uint64)
 
 
 class FusedRounds:

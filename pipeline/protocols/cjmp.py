@@ -11,7 +11,7 @@ Users' vectors come as arrays of shape (d, users): users along the last axis.
 
 Two encodings with the same distribution of what the analyzer sees:
   exact:   per block of users, Σ x̂ (exact randomized rounding from one random
-           byte per user and coordinate, see _rounded_sum) plus one binomial
+           byte per user and coordinate, see rounded_chunk) plus one binomial
            per coordinate for the block's noise bits, kept as exact integers
            (PartialCounts) so that blocks and shards add up in any order;
   literal: every labelled bit materialized, to be permuted by a real shuffle.
@@ -34,7 +34,7 @@ from pipeline.protocols.base import PlanError, Protocol
 from pipeline.protocols.sampling import MAX_TRIALS_PER_DRAW, binomial_above_floor, noise_sampler, split_mean
 from pipeline.twins import keeps_twin
 
-# The exact sampler keeps 256·g in 32 bits (see _rounded_sum).
+# The exact sampler keeps 256·g in 32 bits (see rounded_chunk).
 MAX_PRECISION = 2**24 - 1
 # Literal mode materializes labels (int32) and bits (uint8) for every message,
 # plus the uniform draws that make them; refuse runs that could not fit.
@@ -288,92 +288,56 @@ def _randomized_rounding(params: PvecParams, vectors: np.ndarray, rng: np.random
 
 
 # Exact-mode rounding draws one random byte per user and coordinate instead
-# of one float64 uniform (see _rounded_sum); the scaled value keeps 8 more bits.
+# of one float64 uniform (see rounded_chunk); the scaled value keeps 8 more bits.
 _BYTE = 256
 
 
-class RoundingWorkspace:
-    """Reusable buffers for `encode_block`: allocating fresh arrays per chunk
-    costs as much as the random draws themselves.
-
-    Args:
-      users: the most users per chunk.
-      dim: d.
-    """
-
-    def __init__(self, users: int, dim: int):
-        self.users = users
-        self._fixed = np.empty(dim * users, dtype=np.uint32)
-        self._low = np.empty(dim * users, dtype=np.uint8)
-        self._tie = np.empty(dim * users, dtype=bool)
-
-    def views(self, dim: int, users: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Contiguous (d, users) views of the fixed-point, low-byte and tie buffers."""
-        size = dim * users
-        return (self._fixed[:size].reshape(dim, users), self._low[:size].reshape(dim, users),
-                self._tie[:size].reshape(dim, users))
-
-
-def _rounded_sum(params: PvecParams, vectors: np.ndarray, rng: np.random.Generator,
-                 work: RoundingWorkspace) -> np.ndarray:
-    """Σ_i x̂_ij of one chunk, overwriting `vectors`, with x̂ = ⌊s⌋ + Bernoulli(s − ⌊s⌋)
-    exactly, from one random byte per user and coordinate.
-
-    Why it is exact: write 256·s = T + r with T = ⌊256·s⌋ and r ∈ [0, 1), and
-    draw U uniform on {0..255} and V uniform on [0, 1). U + V is uniform on
-    [0, 256), so Bernoulli(s − ⌊s⌋) = [U + V ≥ 256 − (T mod 256) − r]. That event
-    holds when (T mod 256) + U ≥ 256, fails when (T mod 256) + U ≤ 254, and
-    when (T mod 256) + U = 255 (probability 1/256) it is [V ≥ 1 − r]. Hence
-    x̂ = ⌊(T + U)/256⌋ + [(T + U) mod 256 = 255 and V ≥ 1 − r], and V is drawn
-    only for those ties. Bytes come from the raw 64-bit outputs of the
-    generator, eight per output.
-    """
-    dim, users = vectors.shape
-    fixed, low, tie = work.views(dim, users)
-    scaled = _shift_and_scale(params, vectors, _BYTE)
-    np.copyto(fixed, scaled, casting="unsafe")  # T = ⌊256·s⌋ (s ≥ 0 truncates)
-    size = dim * users
-    random_bytes = rng.bit_generator.random_raw(-(-size // 8)).view(np.uint8)[:size].reshape(dim, users)
-    fixed += random_bytes
-    np.copyto(low, fixed, casting="unsafe")  # (T + U) mod 256: unsigned casts wrap
-    np.equal(low, _BYTE - 1, out=tie)
-    ties = tie.reshape(-1).nonzero()[0]
-    fixed >>= 8
-    rounded = fixed.sum(axis=1, dtype=np.int64)
-    if ties.size:
-        tied = scaled.reshape(-1)[ties]  # the chunk is C-contiguous: a view
-        wins = rng.random(ties.size) >= 1.0 - (tied - np.floor(tied))
-        rounded += np.bincount(ties[wins] // users, minlength=dim)
-    return rounded
+def rounding_constants(params: PvecParams) -> tuple[float, float, float]:
+    """What a call's exact randomized rounding (rounded_chunk) reads: (g/Δ·256)·Δ₂, the
+    clip-and-scale numerator and the shift, as _shift_and_scale(params, vectors, 256) computes it;
+    Δ₂; and 256·g, the clamp."""
+    scale = params.g / params.value_range * _BYTE
+    return scale * params.norm_bound, params.norm_bound, float(params.g * _BYTE)
 
 
 def encode_block(params: PvecParams, chunks: Iterable[np.ndarray], rng: np.random.Generator,
-                 work: RoundingWorkspace | None = None) -> PartialCounts:
+                 work: tuple | None = None) -> PartialCounts:
     """Exact-mode encoding of one block of users: their count of ones per
     coordinate, the sufficient statistic of their shuffled messages.
 
-    The sum over the block's users of independent Binomial(b_noise, p) noise
-    counts is one Binomial(users·b_noise, p) per coordinate (DESIGN §4).
+    Each chunk's rounded sum is rounded_chunk, compiled (the compiled rounds inline the same
+    function), drawing from `rng`'s stream; the sum over the block's users of independent
+    Binomial(b_noise, p) noise counts is then one Binomial(users·b_noise, p) per coordinate
+    (DESIGN §4), numpy's draw on the same stream.
 
     Args:
       params: the call's parameters.
-      chunks: the users' inputs in consecutive C-contiguous chunks of shape
-        (d, users), clipped here to ‖x‖₂ ≤ Δ₂; they are overwritten.
+      chunks: the users' inputs in consecutive C-contiguous float64 chunks of shape
+        (d, users), clipped to ‖x‖₂ ≤ Δ₂ (they are not changed).
       rng: the generator keyed by (round, block), drawn in chunk order.
-      work: buffers for chunks of up to `work.users` users.
+      work: buffers for chunks of up to `chunk` users (rounding_work(d, chunk)).
 
     Returns:
       The block's counts.
     """
+    from pipeline import compiled  # numba loads at a block's first encoding, not at import
+
     if params.g > MAX_PRECISION:
         raise ValueError(f"g = {params.g} is too large for 32-bit fixed-point rounding")
+    rounded_sum = compiled.compiled_function(rounded_chunk)
+    constants = rounding_constants(params)
     users = 0
-    rounded = np.zeros(params.dim, dtype=np.int64)
-    for chunk in chunks:
-        if work is None or work.users < chunk.shape[1]:
-            work = RoundingWorkspace(chunk.shape[1], params.dim)
-        rounded += _rounded_sum(params, chunk, rng, work)
-        users += chunk.shape[1]
+    with draws.drawn_in_compiled_code(rng) as state:
+        for chunk in chunks:
+            dim, count = chunk.shape
+            if work is None or work[2].size < dim * count:
+                work = rounding_work(dim, count)
+            rounded_sum(*constants, work, np.ascontiguousarray(chunk, np.float64).reshape(-1), column_norms(chunk), dim, count,
+                        state)
+            users += count
+    rounded = np.zeros(params.dim, np.int64) if work is None else work[3].copy()
+    if work is not None:
+        work[3][:] = 0
     noise, floor_total = binomial_above_floor(rng, users * params.b_noise, params.p, params.dim)
     return PartialCounts(users, rounded + noise, floor_total)
 
@@ -520,6 +484,52 @@ def _note_ties(lows, size, ties):
     return count
 
 
+def rounding_work(dim, chunk):
+    """rounded_chunk's buffers for chunks of up to `chunk` users: the raw outputs, the low bytes,
+    the ties, and the ones of a block (then of a round)."""
+    words = -(-dim * chunk // 8)
+    return np.empty(words, np.uint64), np.empty(words, np.uint64), np.empty(dim * chunk, np.int64), np.zeros(dim, np.int64)
+
+
+def rounded_chunk(scale_bound, bound, top, work, gradients, factors, dim, users, state):
+    """Σ_i x̂_ij of a chunk of gradients ((coordinate, user) order; their norms in `factors`, which
+    become the clip-and-scale factors (g/Δ·256)·Δ₂/max(‖x‖, Δ₂)), added to the ones (work[3]),
+    with x̂ = ⌊s⌋ + Bernoulli(s − ⌊s⌋) exactly, from one random byte per user and coordinate.
+
+    Why it is exact: write 256·s = T + r with T = ⌊256·s⌋ and r ∈ [0, 1), and draw U uniform on
+    {0..255} and V uniform on [0, 1). U + V is uniform on [0, 256), so Bernoulli(s − ⌊s⌋) =
+    [U + V ≥ 256 − (T mod 256) − r]. That event holds when (T mod 256) + U ≥ 256, fails when
+    (T mod 256) + U ≤ 254, and when (T mod 256) + U = 255 (probability 1/256) it is [V ≥ 1 − r].
+    Hence x̂ = ⌊(T + U)/256⌋ + [(T + U) mod 256 = 255 and V ≥ 1 − r], and V is drawn only for
+    those ties.
+
+    The bytes U come in (coordinate, user) order from ⌈size/8⌉ raw outputs, read as little-endian
+    bytes (numpy's `view(np.uint8)`); the low bytes of T + U are kept to find the ties after the
+    loop (noting them inside it kept the loop from being vectorized: twice as slow); then one
+    uniform V per tie, in order. encode_block runs it compiled alone, the rounds inline it."""
+    raws, lows, ties, rounded = work
+    for user in range(users):
+        factors[user] = scale_bound / max(factors[user], bound)
+    size = dim * users
+    words = (size + 7) // 8
+    draws.raw_outputs(state, raws, words)
+    random_bytes, low_bytes = raws.view(np.uint8), lows.view(np.uint8)
+    for coordinate in range(dim):
+        first = coordinate * users
+        row = gradients[first: first + users]
+        row_bytes, row_lows = random_bytes[first: first + users], low_bytes[first: first + users]
+        whole = 0
+        for user in range(users):
+            fixed = np.uint32(_scaled(row[user], factors[user], scale_bound, top)) + np.uint32(row_bytes[user])
+            row_lows[user] = np.uint8(fixed & 0xFF)
+            whole += np.int64(fixed >> 8)
+        rounded[coordinate] += whole
+    for tie in range(_note_ties(lows[:words], size, ties)):
+        value = _scaled(gradients[ties[tie]], factors[ties[tie] % users], scale_bound, top)
+        if draws.uniform(state) >= 1.0 - (value - np.floor(value)):
+            rounded[ties[tie] // users] += 1
+
+
 class FusedEncoding(NamedTuple):
     """The constants of a P_vec call as its compiled twin uses them (pipeline.compiled),
     each computed as the Python path computes it, and the twin's functions (the kernels' protocol
@@ -547,38 +557,10 @@ class FusedEncoding(NamedTuple):
     shift: float
 
     def work(self, dim, chunk):
-        """A chunk's raw outputs, low bytes and ties, and the ones of a block (then of a round)."""
-        words = -(-dim * chunk // 8)
-        return np.empty(words, np.uint64), np.empty(words, np.uint64), np.empty(dim * chunk, np.int64), np.zeros(dim, np.int64)
+        return rounding_work(dim, chunk)
 
     def encode(self, work, gradients, factors, dim, users, state):
-        """_rounded_sum of a chunk's gradients ((coordinate, user) order, their norms in `factors`),
-        added to the ones: the clip-and-scale factors (g/Δ·256)·Δ₂/max(‖g‖, Δ₂); the fixed point
-        T + U with one random byte U per coordinate, bytes in (coordinate, user) order from ⌈size/8⌉
-        raw outputs (read as little-endian bytes as numpy's `view(np.uint8)`); the low bytes of T + U
-        kept to find the ties after the loop (noting them inside it kept the loop from being
-        vectorized: twice as slow); then one uniform per tie, in order."""
-        raws, lows, ties, rounded = work
-        for user in range(users):
-            factors[user] = self.scale_bound / max(factors[user], self.bound)
-        size = dim * users
-        words = (size + 7) // 8
-        draws.raw_outputs(state, raws, words)
-        random_bytes, low_bytes = raws.view(np.uint8), lows.view(np.uint8)
-        for coordinate in range(dim):
-            first = coordinate * users
-            row = gradients[first: first + users]
-            row_bytes, row_lows = random_bytes[first: first + users], low_bytes[first: first + users]
-            whole = 0
-            for user in range(users):
-                fixed = np.uint32(_scaled(row[user], factors[user], self.scale_bound, self.top)) + np.uint32(row_bytes[user])
-                row_lows[user] = np.uint8(fixed & 0xFF)
-                whole += np.int64(fixed >> 8)
-            rounded[coordinate] += whole
-        for tie in range(_note_ties(lows[:words], size, ties)):
-            value = _scaled(gradients[ties[tie]], factors[ties[tie] % users], self.scale_bound, self.top)
-            if draws.uniform(state) >= 1.0 - (value - np.floor(value)):
-                rounded[ties[tie] // users] += 1
+        rounded_chunk(self.scale_bound, self.bound, self.top, work, gradients, factors, dim, users, state)
 
     def finish_block(self, work, users, state):
         """One Binomial(users·b_noise, p) per coordinate, added to the ones (encode_block's noise)."""
@@ -676,8 +658,8 @@ class CjmpVec(Protocol):
     def sum_mse(self, params: PvecParams) -> float:
         return mse_bound(params)
 
-    def workspace(self, users: int, dim: int) -> RoundingWorkspace:
-        return RoundingWorkspace(users, dim)
+    def workspace(self, users: int, dim: int) -> tuple:
+        return rounding_work(dim, users)
 
     def plans_per_budget(self) -> bool:
         return keeps_twin(self, "plans_per_budget", ("plan", "planned"))
@@ -691,10 +673,8 @@ class CjmpVec(Protocol):
         if params.g > MAX_PRECISION or params.honest_users is not None or trials > MAX_TRIALS_PER_DRAW:
             return None
         whole, fraction = split_mean(trials, params.p)
-        scale = params.g / params.value_range * _BYTE  # as _shift_and_scale(params, vectors, _BYTE)
-        return FusedEncoding(scale * params.norm_bound, params.norm_bound, float(params.g * _BYTE), params.b_noise,
-                             params.p, whole, fraction, params.value_range / params.g,
-                             params.users * params.norm_bound)
+        return FusedEncoding(*rounding_constants(params), params.b_noise, params.p, whole, fraction,
+                             params.value_range / params.g, params.users * params.norm_bound)
 
     def check_call(self, params: PvecParams, literal: bool) -> None:
         """Refuses a precision beyond the exact sampler and literal calls too large to materialize."""

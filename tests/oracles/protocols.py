@@ -1,0 +1,51 @@
+"""The built-in protocols' exact-mode randomizers in numpy, as their modules held them before their
+compiled functions became their one definition: the tests' independent oracle, checked bit for
+bit (tests/test_protocol_oracles.py) against the package's encode_block, which runs the compiled
+functions the fused rounds inline, on the same Philox stream."""
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.numerics import column_norms
+from pipeline.protocols.cjmp import PartialCounts, PvecParams
+from pipeline.protocols.sampling import binomial_above_floor
+
+_BYTE = 256
+
+
+def shift_and_scale(params: PvecParams, vectors: np.ndarray, resolution: int = 1) -> np.ndarray:
+    """In place: clip every user to ‖x‖₂ ≤ Δ₂, then x ↦ (x + Δ₂)·g/Δ·resolution, clamped to
+    [0, g·resolution] (seed 000 notes T6, T8)."""
+    norms = column_norms(vectors)
+    scale = params.g / params.value_range * resolution
+    vectors *= (scale * params.norm_bound) / np.maximum(norms, params.norm_bound, out=norms)
+    vectors += scale * params.norm_bound
+    return np.clip(vectors, 0.0, float(params.g * resolution), out=vectors)
+
+
+def rounded_sum(params: PvecParams, vectors: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Σ_i x̂_ij of one chunk with x̂ = ⌊s⌋ + Bernoulli(s − ⌊s⌋), from one random byte per user and
+    coordinate (the package's cjmp.rounded_chunk states why it is exact), `vectors` overwritten."""
+    dim, users = vectors.shape
+    scaled = shift_and_scale(params, vectors, _BYTE)
+    fixed = scaled.astype(np.uint32)  # T = ⌊256·s⌋ (s ≥ 0 truncates)
+    size = dim * users
+    fixed += rng.bit_generator.random_raw(-(-size // 8)).view(np.uint8)[:size].reshape(dim, users)
+    ties = (fixed.astype(np.uint8) == _BYTE - 1).reshape(-1).nonzero()[0]  # (T + U) mod 256 = 255
+    rounded = (fixed >> 8).sum(axis=1, dtype=np.int64)
+    if ties.size:
+        tied = scaled.reshape(-1)[ties]
+        wins = rng.random(ties.size) >= 1.0 - (tied - np.floor(tied))
+        rounded += np.bincount(ties[wins] // users, minlength=dim)
+    return rounded
+
+
+def pvec_encode_block(params: PvecParams, chunks, rng: np.random.Generator) -> PartialCounts:
+    """P_vec's exact-mode block: the chunks' rounded sums, then one Binomial(users·b_noise, p) per
+    coordinate (binomial_above_floor)."""
+    users, rounded = 0, np.zeros(params.dim, np.int64)
+    for chunk in chunks:
+        rounded += rounded_sum(params, chunk.copy(), rng)
+        users += chunk.shape[1]
+    noise, floor_total = binomial_above_floor(rng, users * params.b_noise, params.p, params.dim)
+    return PartialCounts(users, rounded + noise, floor_total)

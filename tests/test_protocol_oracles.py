@@ -1,0 +1,74 @@
+"""The protocols' exact-mode encode_block, which runs the compiled functions the fused rounds inline
+(P_vec's cjmp.rounded_chunk), gives the bits of the numpy oracle (tests/oracles/protocols.py) on the
+engine's Philox streams: inputs inside and outside the ball, at its edges, ties of the byte
+rounding, several chunks, a reused workspace; and leaves the stream where numpy's would be."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from oracles import protocols as oracle
+from pipeline.engine.layout import stream
+from pipeline.protocols import build_protocol, cjmp
+
+
+def _inputs(dim: int, users: int, norm_bound: float, seed: int) -> np.ndarray:
+    """Users inside and outside the ball (clipped), one at +Δ₂ and one at −Δ₂ on the first axis (the
+    clamp's edges), a zero user."""
+    rng = np.random.default_rng(seed)
+    inputs = rng.standard_normal((dim, users)) * norm_bound * rng.choice([0.2, 0.9, 3.0], users)
+    inputs[:, 0] = 0.0
+    inputs[:, 1], inputs[0, 1] = 0.0, norm_bound
+    inputs[:, 2], inputs[0, 2] = 0.0, -norm_bound
+    return np.ascontiguousarray(inputs)
+
+
+def _same(partial, want) -> bool:
+    return (partial.users, partial.floor_total) == (want.users, want.floor_total) \
+        and np.array_equal(partial.ones_above_floor, want.ones_above_floor)
+
+
+@pytest.mark.parametrize("accounting, users, dim, chunk", [
+    ("paper", 600, 3, 256), ("tight", 600, 3, 600), ("tight", 5000, 1, 1024), ("paper", 40, 17, 7),
+    ("tight", 2000, 64, 100)])
+def test_pvec_blocks_are_the_oracles(accounting, users, dim, chunk):
+    protocol = build_protocol("cjmp_vec", accounting)
+    params = cjmp.plan(accounting, users, dim, 1.0, 1e-6, 1.5)
+    inputs = _inputs(dim, users, params.norm_bound, users + dim)
+    chunks = [np.ascontiguousarray(inputs[:, low: low + chunk]) for low in range(0, users, chunk)]
+    work = protocol.workspace(chunk, dim)
+    for block in range(3):  # one workspace across blocks, as a shard reuses it
+        ours, theirs = stream(0, 2, 7, block), stream(0, 2, 7, block)
+        partial = protocol.encode_block(params, [part.copy() for part in chunks], ours, work)
+        assert _same(partial, oracle.pvec_encode_block(params, chunks, theirs)), (accounting, users, dim, block)
+        assert ours.random() == theirs.random()  # the stream moved past the same draws
+
+
+def test_pvec_ties_are_drawn_as_the_oracle_draws_them():
+    """Inputs whose byte-rounded values tie often: every user at one scaled value, so a tie is a
+    random byte of 255 minus the value's low byte (1/256 of the user-coordinates)."""
+    params = cjmp.plan_pvec(4096, 2, 1.0, 1e-6, 1.0)
+    inputs = np.full((2, 4096), 0.123456789)
+    ours, theirs = stream(1, 2, 0, 0), stream(1, 2, 0, 0)
+    scaled = oracle.shift_and_scale(params, inputs.copy(), 256)
+    assert np.all(scaled != np.floor(scaled))  # a fraction for V to decide
+    partial = cjmp.encode_block(params, [inputs.copy()], ours)
+    assert _same(partial, oracle.pvec_encode_block(params, [inputs], theirs))
+    assert ours.random() == theirs.random()
+
+
+def test_pvec_encodes_from_any_generator_with_the_same_law():
+    """A generator other than Philox (a notebook's default_rng) seeds a Philox stream of its own and
+    moves on: the rounded sum of one repeated input has the mean of the exact rounding."""
+    params = dataclasses.replace(cjmp.plan_pvec(1000, 1, 1.0, 1e-6, 1.0), b_noise=0)
+    users, fraction = 1 << 16, 0.3
+    value = (3.0 + fraction) * params.value_range / params.g - params.norm_bound
+    rng = np.random.default_rng(3)
+    before = rng.bit_generator.state
+    ones = cjmp.encode_block(params, [np.full((1, users), value)], rng).ones_above_floor[0]
+    assert rng.bit_generator.state != before
+    scaled = oracle.shift_and_scale(params, np.full((1, 1), value))[0, 0]
+    mean, variance = users * scaled, users * (scaled % 1) * (1 - scaled % 1)
+    assert abs(ones - mean) <= 5 * np.sqrt(variance)
