@@ -76,12 +76,17 @@ def test_duchi_randomizer_is_unbiased_with_norm_b_and_the_closed_form_constant()
 def test_duchi_reports_all_have_norm_b_and_density_ratio_e_eps():
     protocol = build_protocol("local_l2", "paper")
     params = protocol.plan(_plan(users=1000, epsilon=2.0), DIM)
-    rng = np.random.default_rng(3)
-    from pipeline.protocols.sums import duchi_reports
+    from pipeline import compiled, draws
+    from pipeline.protocols.sums import _duchi_in_place, duchi_agreement
 
-    x = np.zeros((DIM, 20_000))
+    users = 20_000
+    x = np.zeros((DIM, users))
     x[0] = 1.0
-    reports = duchi_reports(x.copy(), params, rng)
+    reports, work = x.copy(), (np.empty(users), np.empty(users), np.empty(DIM * users))
+    with draws.drawn_in_compiled_code(np.random.default_rng(3)) as state:  # the reports the package sends
+        compiled.compiled_function(_duchi_in_place)(reports.reshape(-1), DIM, users, state, params.norm_bound,
+                                                    duchi_agreement(params.epsilon0), params.report_norm,
+                                                    np.empty(users), work)
     np.testing.assert_allclose(np.linalg.norm(reports, axis=0), params.report_norm, rtol=1e-12)
     # P(⟨Z, e1⟩ > 0) = e^ε/(e^ε + 1) for x = e1 (the sign is +1 surely at ‖x‖ = r).
     p = math.exp(2.0) / (math.exp(2.0) + 1)

@@ -12,6 +12,7 @@ import pytest
 from oracles import protocols as oracle
 from pipeline.engine.layout import stream
 from pipeline.protocols import build_protocol, cjmp
+from pipeline.protocols.base import GRADIENTS, RoundPlan
 
 
 def _inputs(dim: int, users: int, norm_bound: float, seed: int) -> np.ndarray:
@@ -72,3 +73,31 @@ def test_pvec_encodes_from_any_generator_with_the_same_law():
     scaled = oracle.shift_and_scale(params, np.full((1, 1), value))[0, 0]
     mean, variance = users * scaled, users * (scaled % 1) * (1 - scaled % 1)
     assert abs(ones - mean) <= 5 * np.sqrt(variance)
+
+
+@pytest.mark.parametrize("name", ["none", "central_gaussian", "shuffle_gaussian", "local_l2", "report_noisy_max"])
+@pytest.mark.parametrize("sampling", ["all", "poisson"])
+def test_sum_blocks_are_the_oracles(name, sampling):
+    """Each sum protocol's block (its noise: none, the curator's (added in finish), each user's,
+    Duchi et al.'s reports, the optimizer's (report_noisy_max: none here)), sampled calls too."""
+    protocol = build_protocol(name, "tight")
+    dim, users = 5, 700
+    population = 2 * users if sampling == "poisson" else users  # a Poisson sample of about `users`
+    plan = RoundPlan(0, 0, population, 1.0, 1e-6, 1.5, GRADIENTS, sampling=sampling,
+                     rate=0.5 if sampling == "poisson" else 0.0, noise_std=0.7 if name == "report_noisy_max" else 0.0)
+    params = protocol.plan(plan, dim)
+    inputs = _inputs(dim, users, params.norm_bound, 11)
+    chunks = [np.ascontiguousarray(inputs[:, low: low + 256]) for low in range(0, users, 256)]
+    for block in range(2):
+        ours, theirs = stream(0, 2, 3, block), stream(0, 2, 3, block)
+        partial = protocol.encode_block(params, [part.copy() for part in chunks], ours)
+        want = oracle.sum_encode_block(protocol.noise, params, chunks, theirs)
+        assert partial.users == want.users and np.array_equal(partial.units, want.units), (name, block)
+        assert ours.random() == theirs.random()
+
+
+def test_a_sum_outside_the_fixed_point_range_is_refused():
+    protocol = build_protocol("none")
+    params = dataclasses.replace(protocol.plan(RoundPlan(0, 0, 4, 1.0, 1e-6, 1.0, GRADIENTS), 2), quantum=1e-300)
+    with pytest.raises(OverflowError, match="fixed-point range"):
+        protocol.encode_block(params, [np.ones((2, 4))], stream(0, 2, 0, 0))

@@ -22,7 +22,7 @@ import scipy  # submodules load on first use (scipy.stats alone costs 0.5 s per 
 
 from pipeline import accounting as privacy  # submodules load on first use: shards never import dp_accounting
 from pipeline import draws
-from pipeline.numerics import column_dots, column_norms, pairwise_sum
+from pipeline.numerics import column_norms, pairwise_sum
 from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE, GAUSSIAN_SUM, NOISY_MAX, PlanError, Protocol
 from pipeline.twins import keeps_twin
 
@@ -100,13 +100,6 @@ def _quantum(largest_total: float) -> float:
     return math.ldexp(1.0, math.frexp(max(largest_total, 1e-300))[1] - _INT_BITS)
 
 
-def clip_l2(inputs: np.ndarray, radius: float) -> np.ndarray:
-    """Scales each column into the ℓ2 ball of `radius` (in place; returns it)."""
-    norms = column_norms(inputs)
-    inputs *= np.minimum(1.0, radius / np.maximum(norms, 1e-300))
-    return inputs
-
-
 def duchi_report_norm(dim: int, radius: float, epsilon0: float) -> float:
     """B of Duchi, Jordan, Wainwright (2018, §4.2.3): the norm of every ε0-LDP ℓ2 report.
 
@@ -119,52 +112,8 @@ def duchi_report_norm(dim: int, radius: float, epsilon0: float) -> float:
 
 def duchi_agreement(epsilon0: float) -> float:
     """e^ε0/(e^ε0 + 1): the probability that a Duchi et al. report lies on the half-space of
-    its input's pole (duchi_reports)."""
+    its input's pole (_duchi_in_place)."""
     return math.exp(epsilon0) / (math.exp(epsilon0) + 1.0)
-
-
-def duchi_reports(inputs: np.ndarray, params: SumParams, rng: np.random.Generator) -> np.ndarray:
-    """Duchi et al.'s ε0-LDP randomizer for the ℓ2 ball, for a block of users.
-
-    Each x (‖x‖ ≤ r) becomes ±r·x/‖x‖ with probabilities ½ ± ‖x‖/(2r); the report
-    is uniform on the sphere of radius B, on the half-space agreeing with that
-    sign vector with probability e^ε0/(e^ε0 + 1), on the other half otherwise.
-    Its density ratio between any two inputs is at most e^ε0.
-
-    Args:
-      inputs: (d, users), already clipped to radius r.
-      params: the call (norm_bound = r, epsilon0, report_norm = B).
-      rng: the block's generator.
-
-    Returns:
-      (d, users) reports.
-    """
-    dim, users = inputs.shape
-    radius = params.norm_bound
-    norms = column_norms(inputs)
-    direction = np.where(norms > 0, inputs / np.maximum(norms, 1e-300), 0.0)
-    # A zero input has no direction: any unit vector, as ½ ± 0 makes the sign a fair coin.
-    direction[0, norms == 0] = 1.0
-    sign = np.where(rng.random(users) < 0.5 + norms / (2.0 * radius), 1.0, -1.0)
-    pole = direction * sign
-    sphere = rng.standard_normal((dim, users))
-    sphere /= column_norms(sphere)
-    agree = rng.random(users) < duchi_agreement(params.epsilon0)
-    side = column_dots(sphere, pole)
-    flip = (side >= 0) != agree
-    sphere[:, flip] *= -1.0
-    return params.report_norm * sphere
-
-
-def _reports(params: SumParams, inputs: np.ndarray, rng: np.random.Generator, noise: str | None) -> np.ndarray:
-    """The block's reports as the users release them (before any central noise), with the
-    protocol's `noise` (SumProtocol.noise)."""
-    clip_l2(inputs, params.norm_bound)
-    if noise == "local":
-        return duchi_reports(inputs, params, rng)
-    if noise == "user":
-        return inputs + params.sigma * rng.standard_normal(inputs.shape)
-    return inputs
 
 
 # --- The compiled twin of a call (FusedSum), in numba's subset -------------------------------------
@@ -180,9 +129,14 @@ def _column_norms_into(values, dim, users, norms):
 
 
 def _duchi_in_place(inputs, dim, users, state, radius, agreement, report_norm, norms, work):
-    """duchi_reports of a chunk's clipped inputs, in place: per user a sign, one uniform each; the
-    sphere's normals in (coordinate, user) order, each column normalized; one uniform each for the
-    half-space; the report B·(±sphere). `work`: (signs, sphere's norms, sphere), of a chunk's sizes."""
+    """Duchi et al.'s ε0-LDP randomizer for the ℓ2 ball (2018, §4.2.3) on a chunk's clipped inputs
+    ((coordinate, user) order), in place. Each x (‖x‖ ≤ r) becomes ±r·x/‖x‖ with probabilities
+    ½ ± ‖x‖/(2r) (a zero input: the first axis, a fair coin); the report is uniform on the sphere of
+    radius B (duchi_report_norm), on the half-space agreeing with that pole with probability
+    e^ε0/(e^ε0 + 1) (duchi_agreement), on the other half otherwise: its density ratio between any
+    two inputs is at most e^ε0. Draws: per user a sign, one uniform each; the sphere's normals in
+    (coordinate, user) order, each column normalized; one uniform each for the half-space.
+    `work`: (signs, sphere's norms, sphere), of a chunk's sizes."""
     signs, sphere_norms, sphere = work
     _column_norms_into(inputs, dim, users, norms)
     for user in range(users):
@@ -210,15 +164,16 @@ def _duchi_in_place(inputs, dim, users, state, radius, agreement, report_norm, n
 class FusedSum(NamedTuple):
     """The constants of a sum protocol's call as its compiled twin uses them
     (pipeline.compiled), and the twin's functions (the kernels' protocol contract:
-    work, encode, finish_block, analyze, counts), encode_block's and finish's operations in their order.
+    work, encode, finish_block, analyze, counts): what encode_block runs, compiled, and the fused
+    rounds inline; `analyze` is finish's operations in their order.
 
     Attributes:
-      norm_bound: C, the clip (clip_l2).
+      norm_bound: C, the clip.
       quantum: the fixed-point unit of block sums.
       user_noise: each user adds N(0, σ²I) (shuffle_gaussian).
       central_noise: the analyzer adds N(0, σ²I) to the total (central_gaussian).
       sigma: σ (unused without noise).
-      local_reports: each user reports Duchi et al.'s randomizer (local_l2, duchi_reports).
+      local_reports: each user reports Duchi et al.'s randomizer (local_l2, _duchi_in_place).
       agreement: its probability of the pole's half-space (duchi_agreement; unused otherwise).
       report_norm: its reports' norm B (unused otherwise).
     """
@@ -239,9 +194,9 @@ class FusedSum(NamedTuple):
         return local, np.zeros(dim), np.zeros(dim, np.int64), np.empty(dim)
 
     def encode(self, work, inputs, norms, dim, users, state):
-        """_reports of a chunk's gradients ((coordinate, user) order, their norms in `norms`), summed
+        """The reports of a chunk's gradients ((coordinate, user) order, their norms in `norms`), summed
         per coordinate as `.sum(axis=1)` sums a (d, users) row (numpy's pairwise sum) into the block's
-        total: clip_l2's factor min(1, C/max(‖g‖, 1e-300)); with user noise (shuffle_gaussian)
+        total: each clipped by the factor min(1, C/max(‖g‖, 1e-300)); with user noise (shuffle_gaussian)
         x + σz, the normals in (coordinate, user) order; with local reports (local_l2) Duchi et al.'s."""
         local, total = work[0], work[1]
         for user in range(users):  # the norms become the clip factors (_duchi_in_place recomputes the norms)
@@ -306,7 +261,7 @@ class SumProtocol(Protocol):
 
     capabilities = frozenset({FIXED_NOISE})
     supports_sampling = True
-    # The call's noise, which encode_block (_reports) and the compiled twin (FusedSum) add: "none",
+    # The call's noise, which the compiled twin (FusedSum) adds, in encode_block and the fused rounds: "none",
     # "user" (each user adds σz), "central" (the analyzer adds σz, in finish) or "local" (Duchi et
     # al.'s reports); None: none of these (report_noisy_max: the optimizer's), and no twin. A
     # subclass keeps its parent's noise whatever its name (once read by name, a renamed subclass
@@ -359,7 +314,9 @@ class SumProtocol(Protocol):
 
     def encode_block(self, params: SumParams, chunks: Iterable[np.ndarray], rng: np.random.Generator,
                      work=None) -> FixedPointSum:
-        """The block's share: the sum of its users' reports in fixed point.
+        """The block's share: the sum of its users' reports in fixed point, by the compiled twin's
+        `encode` and `finish_block` (the functions the fused rounds inline) on the block's stream
+        (draws.drawn_in_compiled_code), whatever the call's sampling.
 
         Args:
           params: the call.
@@ -369,16 +326,26 @@ class SumProtocol(Protocol):
 
         Returns:
           The block's partial.
+
+        Raises:
+          OverflowError: the block's sum left the fixed-point range (or is not a number).
         """
-        total = np.zeros(params.dim)
-        users = 0
-        for chunk in chunks:
-            total += _reports(params, chunk, rng, self.noise).sum(axis=1)
-            users += chunk.shape[1]
-        units = np.rint(total / params.quantum)
-        if np.any(np.abs(units) >= 2.0**62):
+        from pipeline import compiled  # numba loads at a block's first encoding, not at import
+
+        twin = self._twin(params)
+        encode, finish_block = (compiled.compiled_function(getattr(FusedSum, name)) for name in ("encode", "finish_block"))
+        work, users = twin.work(params.dim, 0), 0
+        with draws.drawn_in_compiled_code(rng) as state:
+            for chunk in chunks:
+                dim, count = chunk.shape
+                if work[0][0].size < count:
+                    work = (twin.work(dim, count)[0], *work[1:])
+                encode(twin, work, np.array(chunk, np.float64).reshape(-1), column_norms(chunk), dim, count, state)
+                users += count
+            finished = finish_block(twin, work, users, state)
+        if not finished:
             raise OverflowError(f"a block sum of {params.protocol} left the fixed-point range")
-        return FixedPointSum(users, units.astype(np.int64))
+        return FixedPointSum(users, work[2].copy())
 
     def finish(self, params: SumParams, total: FixedPointSum, rng: np.random.Generator) -> ReleasedSum:
         """The analyzer's statistic: the exact total, plus central noise if the protocol adds it."""
@@ -394,15 +361,18 @@ class SumProtocol(Protocol):
         return keeps_twin(self, "plans_per_budget", ("plan", "planned"))
 
     def fused_encoding(self, params: SumParams) -> FusedSum | None:
-        """The call's constants for the compiled twin, for a class that states its `noise`
+        """The call's constants for the compiled rounds, for a class that states its `noise`
         (`none`, `central_gaussian`, `shuffle_gaussian`, `local_l2`) and a subclass that keeps
         what the twin reproduces, every user of the call answering (no sampling)."""
-        noise = self.noise
-        if noise is None or not keeps_twin(self, "noise", _REPRODUCED) or params.sampling != ALL:
+        if self.noise is None or not keeps_twin(self, "noise", _REPRODUCED) or params.sampling != ALL:
             return None
-        local = noise == "local"
-        return FusedSum(params.norm_bound, params.quantum, noise == "user", noise == "central", params.sigma, local,
-                        duchi_agreement(params.epsilon0) if local else 0.0, params.report_norm)
+        return self._twin(params)
+
+    def _twin(self, params: SumParams) -> FusedSum:
+        """The call's compiled twin, with this class's noise (None: the clipped inputs bare)."""
+        local = self.noise == "local"
+        return FusedSum(params.norm_bound, params.quantum, self.noise == "user", self.noise == "central", params.sigma,
+                        local, duchi_agreement(params.epsilon0) if local else 0.0, params.report_norm)
 
 
 class ExactSum(SumProtocol):

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.numerics import column_norms
+from pipeline.numerics import column_dots, column_norms
 from pipeline.protocols.cjmp import PartialCounts, PvecParams
 from pipeline.protocols.sampling import binomial_above_floor
+from pipeline.protocols.sums import FixedPointSum, SumParams, duchi_agreement
 
 _BYTE = 256
 
@@ -49,3 +50,46 @@ def pvec_encode_block(params: PvecParams, chunks, rng: np.random.Generator) -> P
         users += chunk.shape[1]
     noise, floor_total = binomial_above_floor(rng, users * params.b_noise, params.p, params.dim)
     return PartialCounts(users, rounded + noise, floor_total)
+
+
+def clip_l2(inputs: np.ndarray, radius: float) -> np.ndarray:
+    """Scales each column into the ℓ2 ball of `radius` (in place; returns it)."""
+    norms = column_norms(inputs)
+    inputs *= np.minimum(1.0, radius / np.maximum(norms, 1e-300))
+    return inputs
+
+
+def duchi_reports(inputs: np.ndarray, params: SumParams, rng: np.random.Generator) -> np.ndarray:
+    """Duchi et al.'s ε0-LDP reports of clipped inputs (d, users): ±r·x/‖x‖ with probabilities
+    ½ ± ‖x‖/(2r), then uniform on the sphere of radius B, on the pole's half-space with
+    probability e^ε0/(e^ε0 + 1)."""
+    dim, users = inputs.shape
+    norms = column_norms(inputs)
+    direction = np.where(norms > 0, inputs / np.maximum(norms, 1e-300), 0.0)
+    direction[0, norms == 0] = 1.0
+    sign = np.where(rng.random(users) < 0.5 + norms / (2.0 * params.norm_bound), 1.0, -1.0)
+    pole = direction * sign
+    sphere = rng.standard_normal((dim, users))
+    sphere /= column_norms(sphere)
+    agree = rng.random(users) < duchi_agreement(params.epsilon0)
+    flip = (column_dots(sphere, pole) >= 0) != agree
+    sphere[:, flip] *= -1.0
+    return params.report_norm * sphere
+
+
+def sum_encode_block(noise: str | None, params: SumParams, chunks, rng: np.random.Generator) -> FixedPointSum:
+    """A sum protocol's block (SumProtocol.noise `noise`): its users' clipped reports summed row by
+    row, chunk after chunk, then rounded to the fixed-point quantum."""
+    total, users = np.zeros(params.dim), 0
+    for chunk in chunks:
+        inputs = clip_l2(chunk.copy(), params.norm_bound)
+        if noise == "local":
+            inputs = duchi_reports(inputs, params, rng)
+        elif noise == "user":
+            inputs = inputs + params.sigma * rng.standard_normal(inputs.shape)
+        total += inputs.sum(axis=1)
+        users += chunk.shape[1]
+    units = np.rint(total / params.quantum)
+    if np.any(np.abs(units) >= 2.0**62):
+        raise OverflowError("a block sum left the fixed-point range")
+    return FixedPointSum(users, units.astype(np.int64))
