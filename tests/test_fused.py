@@ -391,28 +391,6 @@ def _assert_same_state(fused_state, python_state, where: str = "state") -> None:
         assert np.array_equal(fused_state, python_state), where
 
 
-@pytest.mark.parametrize("kind, dim, messages, levels, users", [
-    ("linf", 10, 3, 3, 40), ("l2", 10, 10, 1, 40), ("l2", 5, 5, 4, 1), ("linf", 7, 2, 2, 300), ("l2", 3, 2, 2, 17),
-    ("l1", 10, 1, 1, 40), ("l1", 9, 1, 1, 1), ("l1", 33, 1, 1, 1), ("l1", 100, 1, 1, 1),
-    ("l1", 1, 1, 1, 5)])
-def test_a_girgis_chunk_gives_encode_blocks_histograms(kind, dim, messages, levels, users):
-    """The compiled chunk's histograms are girgis.encode_block's, padding indices included
-    (which the estimate drops, so the rounds alone would not see them), for inputs in and
-    outside the ball."""
-    from pipeline.protocols import build_protocol, girgis
-    from pipeline.protocols.multi_message import GirgisCall
-
-    params = girgis.plan_girgis(kind, users, dim, 1.0, 2.0, levels=levels, messages=messages, rotation_seed=3)
-    inputs = np.random.default_rng(users).standard_normal((dim, users)) * 0.8
-    want = girgis.encode_block(params, inputs, stream(0, 2, users, 1))
-    encoding = build_protocol(f"girgis_{kind}", "paper").fused_encoding(GirgisCall(params, users, users, "all", 0.0))
-    work = encoding.work(dim, users)
-    encode = njit(philox.jitable(type(encoding).encode))  # the encoding's twin function, as the kernels inline it
-    encode(encoding, work, inputs.ravel().copy(), column_norms(inputs), dim, users, draws.state_words(stream(0, 2, users, 1)))
-    assert params.padded_dim > params.coded_dim or kind != "linf"
-    assert np.array_equal(work[3], want)
-
-
 def test_girgis_calls_the_kernel_does_not_twin_keep_the_python_path():
     """Sampled users, record level and the binary randomizer have no fused encoding."""
     from pipeline.protocols import build_protocol, girgis

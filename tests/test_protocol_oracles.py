@@ -101,3 +101,23 @@ def test_a_sum_outside_the_fixed_point_range_is_refused():
     params = dataclasses.replace(protocol.plan(RoundPlan(0, 0, 4, 1.0, 1e-6, 1.0, GRADIENTS), 2), quantum=1e-300)
     with pytest.raises(OverflowError, match="fixed-point range"):
         protocol.encode_block(params, [np.ones((2, 4))], stream(0, 2, 0, 0))
+
+
+@pytest.mark.parametrize("kind, dim, messages, levels, users", [
+    ("linf", 10, 3, 3, 40), ("l2", 10, 10, 1, 40), ("l2", 5, 5, 4, 1), ("linf", 7, 2, 2, 300), ("l2", 3, 2, 2, 17),
+    ("l1", 10, 1, 1, 40), ("l1", 9, 1, 1, 1), ("l1", 33, 1, 1, 1), ("l1", 100, 1, 1, 1), ("l1", 1, 1, 1, 5),
+    ("binary", 10, 3, 1, 40), ("binary", 7, 7, 1, 300)])
+def test_girgis_blocks_are_the_oracles(kind, dim, messages, levels, users):
+    """girgis.encode_block (its compiled randomizer, what the rounds inline) gives the oracle's
+    histograms, padding indices included (the estimate drops them, so rounds alone would not see
+    them), for inputs in and outside the ball; the stream moves past the same draws."""
+    from pipeline.protocols import girgis
+
+    params = girgis.plan_girgis(kind, users, dim, 1.0, 2.0, levels=levels, messages=messages, rotation_seed=3)
+    rng = np.random.default_rng(users)
+    inputs = (rng.random((dim, users)) < 0.4).astype(np.float64) if kind == "binary" \
+        else rng.standard_normal((dim, users)) * 0.8
+    ours, theirs = stream(0, 2, users, 1), stream(0, 2, users, 1)
+    assert np.array_equal(girgis.encode_block(params, inputs, ours), oracle.girgis_encode_block(params, inputs, theirs))
+    assert params.padded_dim > params.coded_dim or kind not in ("linf", "binary") or messages == dim
+    assert ours.random() == theirs.random()

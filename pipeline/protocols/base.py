@@ -334,7 +334,7 @@ class Protocol(abc.ABC):
         pipeline.engine.fused_interactive), or None: the engine runs the call in Python. P_vec in
         exact mode (cjmp.FusedEncoding), the sum protocols `none`, `central_gaussian`,
         `shuffle_gaussian` and `local_l2` (sums.FusedSum), and Girgis's linf, l2 and l1
-        randomizers (multi_message.GirgisEncoding) have one: a NamedTuple of the call's constants
+        randomizers (girgis.GirgisEncoding) have one: a NamedTuple of the call's constants
         whose class defines, in numba's subset (the kernels call them by its type):
           work(self, dim, chunk) → the arrays the others use (a round's accumulator among them);
           encode(self, work, gradients, norms, dim, users, state): a chunk of users' reports
@@ -345,8 +345,9 @@ class Protocol(abc.ABC):
           analyze(self, work, batch, state, estimate) → bool: the round's estimated sum, the
             accumulator cleared (`state`: the round's noise stream);
           counts(self, work), optional: a block's accumulator, for fully interactive rounds.
-        A protocol that returns one promises that these reproduce its encode_block, finish,
-        decode and released_count bit for bit."""
+        The built-ins' encode_block runs the same `encode` (and finish_block) compiled alone: one
+        definition. A plug-in that returns one promises that these reproduce its encode_block,
+        finish, decode and released_count bit for bit."""
         return None
 
     def check_call(self, params: Any, literal: bool) -> None:

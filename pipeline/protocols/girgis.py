@@ -19,7 +19,8 @@ the bit 1 (for l1: σ = +1). `encode_block` returns that histogram as int64, so
 partial statistics of user blocks add exactly, in any grouping, and `decode`
 turns the total into the unbiased estimate of the users' SUM.
 
-Pure numpy: no Ray, no I/O, no Python loop over users (only over levels).
+The randomizers are written once, in numba's subset (encode_compiled), and run compiled; the
+rest (planning, the exact MSE, the numpy analyzer) is numpy. No Ray, no I/O.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ import dataclasses
 import functools
 import math
 import operator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -473,19 +475,10 @@ def _plane(params: GirgisParams, floor: np.ndarray, level: int) -> np.ndarray:
 
 
 def encode_block(params: GirgisParams, inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """A block of users' messages, as the histogram the analyzer sees after shuffling.
-
-    binary/linf/l2 (Alg. 3.3.1, 3.5.1, 3.6.1): for every level independently,
-    each user picks one coordinate per block of width a (stratified, trap 3)
-    and sends its index and the level's bit there XOR a Bernoulli(p_k) flip
-    (2RR, trap 1). Padding coordinates carry bit 0. The rounding plane's bit
-    u ~ Bernoulli(w) is needed only at the picked coordinate, and u XOR flip
-    is Bernoulli(p + (1 − 2p)·w): one uniform draw gives it.
-    l1 (Alg. 3.4.1): each user picks j uniform in [d_pad] and sends j and
-    σ = +1 w.p. ½ + (H·x)_j/(2·r·c).
-
-    Inputs are projected into the ball first (linf: coordinates clipped to
-    [−r, r]; l1, l2: the vector scaled down), as privacy needs.
+    """A block of users' messages, as the histogram the analyzer sees after shuffling: the
+    randomizer (encode_compiled, which states it) compiled, drawing from `rng`'s stream
+    (draws.drawn_in_compiled_code). Inputs are projected into the ball first (linf: coordinates
+    clipped to [−r, r]; l1, l2: the vector scaled down), as privacy needs.
 
     Args:
       params: the randomizer.
@@ -498,53 +491,19 @@ def encode_block(params: GirgisParams, inputs: np.ndarray, rng: np.random.Genera
     Raises:
       ValueError: inputs of the wrong shape, not finite, or not binary for binary.
     """
-    x = _check_inputs(params, inputs)
+    from pipeline import compiled  # numba loads at a block's first encoding, not at import
+
+    x = np.ascontiguousarray(_check_inputs(params, inputs))
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng = {rng!r}: must be a numpy.random.Generator")
-    hist = np.zeros(statistic_shape(params), dtype=np.int64)
-    users = x.shape[1]
+    dim, users = x.shape
     if users == 0:
-        return hist
-    if params.kind == "l1":
-        _encode_l1(params, x, rng, hist)
-    else:
-        z, _ = _unit_cube(params, x)  # the target's inverse rotation is not needed here
-        _encode_levels(params, z, rng, hist)
-    return hist
-
-
-def _encode_levels(params: GirgisParams, z: np.ndarray, rng: np.random.Generator, hist: np.ndarray) -> None:
-    """R^Bin_{v_k,s} of every level of z ∈ [0,1]^{d_c × users}, into hist (Alg. 3.3.1, 3.5.1)."""
-    coded, users = z.shape
-    s, a = params.messages, params.block_width
-    starts = (np.arange(s) * a)[:, None]
-    for level, p in enumerate(params.flip_probabilities):
-        index = starts + rng.integers(0, a, size=(s, users))
-        picked = np.take_along_axis(z, np.minimum(index, coded - 1), axis=0)
-        if params.padded_dim > coded:
-            picked[index >= coded] = 0.0  # zero padding (trap 3)
-        floor, residual = _bit_planes(params, picked)
-        uniform = rng.random((s, users))
-        if level < params.levels - 1:
-            sent = (_plane(params, floor, level) == 1) ^ (uniform < p)
-        else:
-            sent = uniform < p + (1.0 - 2.0 * p) * residual
-        hist[level, :, 0] = np.bincount(index.ravel(), minlength=params.padded_dim)
-        hist[level, :, 1] = np.bincount(index[sent], minlength=params.padded_dim)
-
-
-def _encode_l1(params: GirgisParams, x: np.ndarray, rng: np.random.Generator, hist: np.ndarray) -> None:
-    """R^{ℓ1} of each user into hist (Alg. 3.4.1)."""
-    users = x.shape[1]
-    padded = np.zeros((params.coded_dim, users))
-    padded[:params.dim] = _clip(params, x)
-    coefficients = _fwht(padded)
-    index = rng.integers(0, params.coded_dim, size=users)
-    # t = (H x)_j / r ∈ [−1, 1] since ‖x‖₁ ≤ r; clipped against float error.
-    t = np.clip(coefficients[index, np.arange(users)] / params.radius, -1.0, 1.0)
-    plus = rng.random(users) < 0.5 + 0.5 * t / params.hadamard_constant
-    hist[0, :, 0] = np.bincount(index, minlength=params.coded_dim)
-    hist[0, :, 1] = np.bincount(index[plus], minlength=params.coded_dim)
+        return np.zeros(statistic_shape(params), dtype=np.int64)
+    encoding = GirgisEncoding.of(params)
+    work = encoding.work(dim, users)
+    with draws.drawn_in_compiled_code(rng) as state:
+        compiled.compiled_function(encode_compiled)(encoding, work, x.reshape(-1), column_norms(x), dim, users, state)
+    return work[3]
 
 
 def users_in(params: GirgisParams, statistic: np.ndarray) -> int:
@@ -723,14 +682,16 @@ def exact_mse_bound(params: GirgisParams) -> float:
 
 __all__ = ["KINDS", "MAX_LEVELS", "GirgisParams", "plan_girgis", "flip_probability", "stream_epsilons",
            "bits_per_user", "statistic_shape", "rotation_signs", "encode_block", "users_in", "decode",
-           "exact_mse", "exact_mse_bound"]
+           "exact_mse", "exact_mse_bound", "Histograms", "GirgisEncoding"]
 
 
-# --- The compiled twin of a call (multi_message.GirgisEncoding), in numba's subset ----------------
-# Each of encode_block's and decode's operations in their order, on a chunk's gradients in
-# (coordinate, user) order; the kernels call them through the encoding's functions.
+# --- The randomizers and analyzers in numba's subset (GirgisEncoding) ----------------------------
+# encode_block runs encode_compiled alone; the kernels call it, and decode_compiled (decode's
+# operations in their order), through the encoding's functions. Inputs in (coordinate, user) order.
 
-LINF, L2, L1 = 0, 1, 2  # the randomizers the compiled rounds twin (multi_message.FUSED_KINDS: their index)
+# The randomizers by their index in the compiled functions (GirgisEncoding.kind).
+COMPILED_KINDS = ("linf", "l2", "l1", "binary")
+LINF, L2, L1, BINARY = 0, 1, 2, 3
 
 
 def hadamard_in_place(values, spare, size, columns):
@@ -751,10 +712,13 @@ def hadamard_in_place(values, spare, size, columns):
 
 
 def _cube_of(inputs, norms, users, kind, coded, ball, clip_radius, signs, units, spare):
-    """_unit_cube of a chunk's gradients for linf or l2: the projection into the ball (linf: each
+    """_unit_cube of a chunk's inputs for binary (z = b), linf or l2: the projection into the ball (linf: each
     coordinate clipped to ±r; l2: scaled by r/max(‖g‖, r), padded, signed by D, rotated by
     H/√d_pad, clipped to ±r∞), then z = (w + r)/(2r); returns the array holding z."""
     dim = inputs.size // users
+    if kind == BINARY:  # z = b
+        units[: dim * users] = inputs
+        return units
     if kind == LINF:
         for index in range(dim * users):
             units[index] = (min(max(inputs[index], -ball), ball) + ball) / (2.0 * ball)
@@ -796,11 +760,18 @@ def _l1_messages(inputs, users, state, coded, ball, hadamard, units, spare, indi
 
 
 def encode_compiled(call, work, inputs, norms, dim, users, state):
-    """encode_block of a chunk's gradients for linf, l2 or l1 (`call`: a GirgisEncoding) into the
+    """encode_block of a chunk's inputs (`call`: a GirgisEncoding) into the
     histograms (levels × s·a × 2). l1: _l1_messages. linf, l2: the unit cube (_cube_of); then per
     level the (s, users) indices (one block of width a per message, `fill_integers` in bulk), the
     (s, users) uniforms, and each message's bit (a plane of F or the rounding plane, through 2RR)
-    counted at its index."""
+    counted at its index.
+
+    binary/linf/l2 (Alg. 3.3.1, 3.5.1, 3.6.1): for every level independently, each user picks one
+    coordinate per block of width a (stratified, trap 3) and sends its index and the level's bit
+    there XOR a Bernoulli(p_k) flip (2RR, trap 1). Padding coordinates carry bit 0. The rounding
+    plane's bit u ~ Bernoulli(w) is needed only at the picked coordinate, and u XOR flip is
+    Bernoulli(p + (1 − 2p)·w): one uniform draw gives it. l1 (Alg. 3.4.1): each user picks j
+    uniform in [d_pad] and sends j and σ = +1 w.p. ½ + (H·x)_j/(2·r·c)."""
     units, spare, indices, hist, tape = work[0], work[1], work[2], work[3], work[6]
     inputs = inputs[: dim * users]
     if call.kind == L1:
@@ -860,3 +831,79 @@ def decode_compiled(call, work, users, estimate):
     else:
         estimate[:] = sums[:dim]
     hist[:] = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Histograms:
+    """Some users' message histograms (exact integers: partials add in any order)."""
+
+    users: int
+    counts: np.ndarray
+
+
+class GirgisEncoding(NamedTuple):
+    """The constants of a randomizer as its compiled functions use them (encode_block runs
+    encode_compiled alone; the compiled rounds inline it, and decode_compiled, through these
+    functions), each as this module computes it.
+
+    Attributes:
+      kind: the randomizer's index in COMPILED_KINDS.
+      coded, width, levels, messages: d_c, a, m and s (l1: d_pad, 1, 1, 1).
+      ball: r, the ball the inputs are projected into.
+      clip_radius: r∞, the ℓ∞ radius the bit planes encode.
+      hadamard: l1's c = coth(ε0/2).
+      flips, weights: each level's 2RR flip probability and weight in ẑ (l1: none).
+      signs: D's diagonal (l2), else ones.
+    """
+
+    kind: int
+    coded: int
+    width: int
+    levels: int
+    messages: int
+    ball: float
+    clip_radius: float
+    hadamard: float
+    flips: np.ndarray
+    weights: np.ndarray
+    signs: np.ndarray
+
+    @classmethod
+    def of(cls, params: GirgisParams) -> "GirgisEncoding":
+        """The randomizer's constants."""
+        rotated = params.kind == "l2"
+        return cls(COMPILED_KINDS.index(params.kind), params.coded_dim, params.block_width, params.levels,
+                   params.messages, params.radius, params.clip_radius, params.hadamard_constant,
+                   np.array(params.flip_probabilities, np.float64), np.array(params.level_weights, np.float64),
+                   rotation_signs(params).copy() if rotated else np.ones(params.dim))
+
+    # The kernels' protocol contract: encode_compiled and decode_compiled.
+
+    def work(self, dim, chunk):
+        """A chunk's units, spare and indices, the round's histograms, decode's sums and spare,
+        and a tape of raw outputs for the indices' bulk draw."""
+        rows = max(self.coded, dim)
+        padded = self.coded if self.kind == L1 else self.messages * self.width  # girgis.statistic_shape
+        drawn = max(self.messages, 1) * chunk
+        return (np.empty(rows * chunk), np.empty(rows * chunk), np.empty(drawn, np.int64),
+                np.zeros((self.levels, padded, 2), np.int64), np.empty(max(padded, self.coded)),
+                np.empty(max(padded, self.coded)), np.empty(max(1, min(2048, (drawn + 1) // 2)), np.uint64))
+
+    def encode(self, work, inputs, norms, dim, users, state):
+        encode_compiled(self, work, inputs, norms, dim, users, state)
+
+    def finish_block(self, work, users, state):
+        return True
+
+    def analyze(self, work, batch, state, estimate):
+        decode_compiled(self, work, batch, estimate)
+        return True
+
+    def counts(self, work):
+        """The round's histograms (a fully interactive round's block partial, block_partial)."""
+        return work[3]
+
+    @staticmethod
+    def block_partial(users: int, counts: np.ndarray) -> "Histograms":
+        """A block's partial from its histograms (the protocol's encode_block's)."""
+        return Histograms(users, counts)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Iterable, NamedTuple
+from typing import Iterable
 
 import numpy as np
 
@@ -53,79 +53,8 @@ class GirgisCall:
         return users * (min(self.record_messages, self.records_min) if self.record_messages else 1)
 
 
-@dataclasses.dataclass(frozen=True)
-class Histograms:
-    """Some users' message histograms (exact integers: partials add in any order)."""
-
-    users: int
-    counts: np.ndarray
-
-
 LEVELS = Option("levels", integer(1, 16), "m, the bit planes of the randomizer (seed 001)")
 MESSAGES = Option("messages", integer(1), "s, the messages per level (default min(d, 64))")
-
-
-# The randomizers the compiled rounds twin, by their index (girgis.LINF, L2, L1).
-FUSED_KINDS = ("linf", "l2", "l1")
-
-
-class GirgisEncoding(NamedTuple):
-    """The constants of a linf, l2 or l1 call as its compiled twin uses them
-    (pipeline.compiled), each as girgis.py computes it, and its functions.
-
-    Attributes:
-      kind: the randomizer's index in FUSED_KINDS.
-      coded, width, levels, messages: d_c, a, m and s (l1: d_pad, 1, 1, 1).
-      ball: r, the ball the inputs are projected into.
-      clip_radius: r∞, the ℓ∞ radius the bit planes encode.
-      hadamard: l1's c = coth(ε0/2).
-      flips, weights: each level's 2RR flip probability and weight in ẑ (l1: none).
-      signs: D's diagonal (l2), else ones.
-    """
-
-    kind: int
-    coded: int
-    width: int
-    levels: int
-    messages: int
-    ball: float
-    clip_radius: float
-    hadamard: float
-    flips: np.ndarray
-    weights: np.ndarray
-    signs: np.ndarray
-
-    # The twin's functions (the kernels' protocol contract), girgis.py's encode_block and decode
-    # in numba's subset (girgis.encode_compiled, decode_compiled).
-
-    def work(self, dim, chunk):
-        """A chunk's units, spare and indices, the round's histograms, decode's sums and spare,
-        and a tape of raw outputs for the indices' bulk draw."""
-        rows = max(self.coded, dim)
-        padded = self.coded if self.kind == girgis.L1 else self.messages * self.width  # girgis.statistic_shape
-        drawn = max(self.messages, 1) * chunk
-        return (np.empty(rows * chunk), np.empty(rows * chunk), np.empty(drawn, np.int64),
-                np.zeros((self.levels, padded, 2), np.int64), np.empty(max(padded, self.coded)),
-                np.empty(max(padded, self.coded)), np.empty(max(1, min(2048, (drawn + 1) // 2)), np.uint64))
-
-    def encode(self, work, inputs, norms, dim, users, state):
-        girgis.encode_compiled(self, work, inputs, norms, dim, users, state)
-
-    def finish_block(self, work, users, state):
-        return True
-
-    def analyze(self, work, batch, state, estimate):
-        girgis.decode_compiled(self, work, batch, estimate)
-        return True
-
-    def counts(self, work):
-        """The round's histograms (a fully interactive round's block partial, block_partial)."""
-        return work[3]
-
-    @staticmethod
-    def block_partial(users: int, counts: np.ndarray) -> Histograms:
-        """A block's partial from its histograms (encode_block's)."""
-        return Histograms(users, counts)
 
 
 # What the compiled twin reproduces: a subclass overriding one of these keeps the Python path.
@@ -187,17 +116,18 @@ class GirgisProtocol(Protocol):
                       (call.record_messages, call.records_min))
 
     @staticmethod
-    def encode_block(call: GirgisCall, chunks: Iterable[np.ndarray], rng: np.random.Generator, work=None) -> Histograms:
+    def encode_block(call: GirgisCall, chunks: Iterable[np.ndarray], rng: np.random.Generator,
+                     work=None) -> girgis.Histograms:
         """The block's histograms: its users' messages, counted per (level, index, bit)."""
         counts = np.zeros(girgis.statistic_shape(call.randomizer), dtype=np.int64)
         users = 0
         for chunk in chunks:
             counts += girgis.encode_block(call.randomizer, chunk, rng)
             users += chunk.shape[1]
-        return Histograms(users, counts)
+        return girgis.Histograms(users, counts)
 
     @staticmethod
-    def decode(call: GirgisCall, statistic: Histograms) -> np.ndarray:
+    def decode(call: GirgisCall, statistic: girgis.Histograms) -> np.ndarray:
         """The unbiased estimate of Σ_i x_i (the thesis's analyzers, without the 1/n)."""
         if statistic.users == 0:
             return np.zeros(call.randomizer.dim)
@@ -206,21 +136,16 @@ class GirgisProtocol(Protocol):
     def plans_per_budget(self) -> bool:
         return keeps_twin(self, "plans_per_budget", ("plan", "planned"))
 
-    def fused_encoding(self, call: GirgisCall) -> GirgisEncoding | None:
+    def fused_encoding(self, call: GirgisCall) -> girgis.GirgisEncoding | None:
         """The call's constants for the compiled twin: linf, l2 and l1 calls of every user at
         user level; None for binary, sampling, record level, or a subclass that changes what
         the twin reproduces."""
         randomizer = call.randomizer
         if not keeps_twin(self, "fused_encoding", _TWINNED):
             return None
-        if randomizer.kind not in FUSED_KINDS or call.sampling != "all" or call.record_messages:
+        if randomizer.kind == "binary" or call.sampling != "all" or call.record_messages:
             return None
-        rotated = randomizer.kind == "l2"
-        return GirgisEncoding(FUSED_KINDS.index(randomizer.kind), randomizer.coded_dim, randomizer.block_width,
-                              randomizer.levels, randomizer.messages, randomizer.radius, randomizer.clip_radius,
-                              randomizer.hadamard_constant, np.array(randomizer.flip_probabilities, np.float64),
-                              np.array(randomizer.level_weights, np.float64),
-                              girgis.rotation_signs(randomizer).copy() if rotated else np.ones(randomizer.dim))
+        return girgis.GirgisEncoding.of(randomizer)
 
 
 def _event(randomizer: girgis.GirgisParams, users: int, population: int, sampling: str, rate: float,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.numerics import column_dots, column_norms
+from pipeline.protocols import girgis
 from pipeline.protocols.cjmp import PartialCounts, PvecParams
 from pipeline.protocols.sampling import binomial_above_floor
 from pipeline.protocols.sums import FixedPointSum, SumParams, duchi_agreement
@@ -93,3 +94,58 @@ def sum_encode_block(noise: str | None, params: SumParams, chunks, rng: np.rando
     if np.any(np.abs(units) >= 2.0**62):
         raise OverflowError("a block sum left the fixed-point range")
     return FixedPointSum(users, units.astype(np.int64))
+
+
+def girgis_encode_block(params: girgis.GirgisParams, inputs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A block's histograms (levels, padded_dim, 2) of Girgis's randomizers (seed 001 ch. 3): l1's
+    one Hadamard coefficient and sign (Alg. 3.4.1), else per level one index per block of width a
+    and its plane's bit through 2RR (Alg. 3.3.1, 3.5.1, 3.6.1), the unit cube and bit planes from
+    the package's numpy helpers (girgis._unit_cube, _bit_planes)."""
+    hist = np.zeros(girgis.statistic_shape(params), dtype=np.int64)
+    users = inputs.shape[1]
+    if params.kind == "l1":
+        padded = np.zeros((params.coded_dim, users))
+        padded[:params.dim] = girgis._clip(params, inputs)
+        coefficients = girgis._fwht(padded)
+        index = rng.integers(0, params.coded_dim, size=users)
+        t = np.clip(coefficients[index, np.arange(users)] / params.radius, -1.0, 1.0)
+        plus = rng.random(users) < 0.5 + 0.5 * t / params.hadamard_constant
+        hist[0, :, 0] = np.bincount(index, minlength=params.coded_dim)
+        hist[0, :, 1] = np.bincount(index[plus], minlength=params.coded_dim)
+        return hist
+    z, _ = girgis._unit_cube(params, inputs)
+    coded = z.shape[0]
+    s, a = params.messages, params.block_width
+    starts = (np.arange(s) * a)[:, None]
+    for level, p in enumerate(params.flip_probabilities):
+        index = starts + rng.integers(0, a, size=(s, users))
+        picked = np.take_along_axis(z, np.minimum(index, coded - 1), axis=0)
+        picked[index >= coded] = 0.0  # zero padding (trap 3)
+        floor, residual = girgis._bit_planes(params, picked)
+        uniform = rng.random((s, users))
+        if level < params.levels - 1:
+            sent = (girgis._plane(params, floor, level) == 1) ^ (uniform < p)
+        else:
+            sent = uniform < p + (1.0 - 2.0 * p) * residual
+        hist[level, :, 0] = np.bincount(index.ravel(), minlength=params.padded_dim)
+        hist[level, :, 1] = np.bincount(index[sent], minlength=params.padded_dim)
+    return hist
+
+
+def girgis_decode(params: girgis.GirgisParams, statistic: np.ndarray) -> np.ndarray:
+    """The analyzers' unbiased estimate of the users' sum (seed 001: A^Bin's debiased counts
+    a·(ones − p·count)/(1 − 2p) per level, weighted into ẑ; linf 2r·ẑ − r·n; l2 that rotated back
+    by Uᵀ; l1 r·c·H(plus − minus)), padding dropped."""
+    users = girgis.users_in(params, statistic)
+    counts, ones = statistic[..., 0].astype(np.float64), statistic[..., 1].astype(np.float64)
+    if params.kind == "l1":
+        return (params.radius * params.hadamard_constant) * girgis._fwht(2.0 * ones[0] - counts[0])[:params.dim]
+    z_sum = np.zeros(params.padded_dim)
+    for level, (p, weight) in enumerate(zip(params.flip_probabilities, params.level_weights)):
+        z_sum += (weight * params.block_width / (1.0 - 2.0 * p)) * (ones[level] - p * counts[level])
+    z_sum = z_sum[:params.coded_dim]
+    if params.kind == "binary":
+        return z_sum
+    r = params.clip_radius
+    w_sum = 2.0 * r * z_sum - r * users
+    return w_sum if params.kind == "linf" else girgis._unrotate(params, w_sum)
