@@ -109,7 +109,7 @@ def test_a_sum_outside_the_fixed_point_range_is_refused():
     ("binary", 10, 3, 1, 40), ("binary", 7, 7, 1, 300)])
 def test_girgis_blocks_are_the_oracles(kind, dim, messages, levels, users):
     """girgis.encode_block (its compiled randomizer, what the rounds inline) gives the oracle's
-    histograms, padding indices included (the estimate drops them, so rounds alone would not see
+    histograms, and girgis.decode the oracle's estimate, padding indices included (the estimate drops them, so rounds alone would not see
     them), for inputs in and outside the ball; the stream moves past the same draws."""
     from pipeline.protocols import girgis
 
@@ -118,6 +118,12 @@ def test_girgis_blocks_are_the_oracles(kind, dim, messages, levels, users):
     inputs = (rng.random((dim, users)) < 0.4).astype(np.float64) if kind == "binary" \
         else rng.standard_normal((dim, users)) * 0.8
     ours, theirs = stream(0, 2, users, 1), stream(0, 2, users, 1)
-    assert np.array_equal(girgis.encode_block(params, inputs, ours), oracle.girgis_encode_block(params, inputs, theirs))
+    statistic = girgis.encode_block(params, inputs, ours)
+    assert np.array_equal(statistic, oracle.girgis_encode_block(params, inputs, theirs))
     assert params.padded_dim > params.coded_dim or kind not in ("linf", "binary") or messages == dim
     assert ours.random() == theirs.random()
+    # the analyzer (decode_compiled, what the rounds inline) on it, and on three blocks' sum
+    total = statistic + sum(girgis.encode_block(params, inputs, stream(0, 2, users, block)) for block in (2, 3))
+    for histograms in (statistic, total):
+        assert np.array_equal(girgis.decode(params, histograms).view(np.uint64),
+                              oracle.girgis_decode(params, histograms).view(np.uint64))

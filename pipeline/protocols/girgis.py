@@ -528,7 +528,8 @@ def users_in(params: GirgisParams, statistic: np.ndarray) -> int:
 
 
 def decode(params: GirgisParams, statistic: np.ndarray) -> np.ndarray:
-    """The analyzer: the unbiased estimate of the users' SUM Σ_i x_i (not the mean).
+    """The analyzer: the unbiased estimate of the users' SUM Σ_i x_i (not the mean), by
+    decode_compiled, compiled alone (the rounds inline it).
 
     binary (A^Bin, Alg. 3.3.2): b̂_j = a·(ones_j − p·count_j)/(1 − 2p), the sum
     of the debiased 2RR outputs at j scaled by a (traps 1, 3), padding dropped.
@@ -547,22 +548,14 @@ def decode(params: GirgisParams, statistic: np.ndarray) -> np.ndarray:
     Raises:
       ValueError: an inconsistent statistic (see users_in).
     """
+    from pipeline import compiled  # numba loads at the first decode, not at import
+
     users = users_in(params, statistic)
-    stat = np.asarray(statistic)
-    counts = stat[..., 0].astype(np.float64)
-    ones = stat[..., 1].astype(np.float64)
-    if params.kind == "l1":
-        signed = 2.0 * ones[0] - counts[0]
-        return (params.radius * params.hadamard_constant) * _fwht(signed)[:params.dim]
-    z_sum = np.zeros(params.padded_dim)
-    for level, (p, weight) in enumerate(zip(params.flip_probabilities, params.level_weights)):
-        z_sum += (weight * params.block_width / (1.0 - 2.0 * p)) * (ones[level] - p * counts[level])
-    z_sum = z_sum[:params.coded_dim]
-    if params.kind == "binary":
-        return z_sum
-    r = params.clip_radius
-    w_sum = 2.0 * r * z_sum - r * users
-    return w_sum if params.kind == "linf" else _unrotate(params, w_sum)
+    encoding = GirgisEncoding.of(params)
+    work, estimate = encoding.work(params.dim, 0), np.empty(params.dim)
+    work[3][...] = statistic
+    compiled.compiled_function(decode_compiled)(encoding, work, users, estimate)
+    return estimate
 
 
 def exact_mse(params: GirgisParams, inputs: np.ndarray) -> np.ndarray:
@@ -802,10 +795,10 @@ def encode_compiled(call, work, inputs, norms, dim, users, state):
 
 def decode_compiled(call, work, users, estimate):
     """decode of a round's histograms into `estimate` (`call`: a GirgisEncoding; n = `users`), the
-    histograms cleared. l1: r·c·H(2·ones − counts). linf, l2: per level the debiased counts
-    weight_k·a/(1 − 2p_k)·(ones − p_k·counts) summed into ẑ, then 2r∞·ẑ − r∞·n, and for l2
+    histograms cleared. l1: r·c·H(2·ones − counts). binary, linf, l2: per level the debiased counts
+    weight_k·a/(1 − 2p_k)·(ones − p_k·counts) summed into ẑ (binary: b̂ = ẑ), then 2r∞·ẑ − r∞·n, and for l2
     Uᵀ = D·H/√d_pad of it; the first d coordinates."""
-    hist, sums, spare = work[3], work[4], work[5]
+    hist, sums, spare = work[3], work[4], work[5]  # the statistic, then scratch
     dim, coded, ball, clip_radius = estimate.size, call.coded, call.ball, call.clip_radius
     padded = hist.shape[1]
     if call.kind == L1:
@@ -822,6 +815,10 @@ def decode_compiled(call, work, users, estimate):
         coefficient = call.weights[level] * call.width / (1.0 - 2.0 * p)
         for index in range(padded):
             sums[index] += coefficient * (np.float64(hist[level, index, 1]) - p * np.float64(hist[level, index, 0]))
+    if call.kind == BINARY:  # b̂ itself
+        estimate[:] = sums[:dim]
+        hist[:] = 0
+        return
     for index in range(coded):
         sums[index] = 2.0 * clip_radius * sums[index] - clip_radius * users
     if call.kind == L2:
