@@ -135,3 +135,22 @@ def test_a_problem_runs_its_twin_on_any_arrays_it_is_given():
     quadratic = build_problem("quadratic", 3, 1.0)
     integers = np.arange(6).reshape(3, 2)
     assert np.array_equal(quadratic.gradients(np.ones(3), integers), 1.0 - integers)
+
+
+def test_a_finite_problem_with_losses_of_its_own_measures_them():
+    """A subclass of `absolute` whose per-user losses differ keeps the Python path, and its
+    population and excess losses are the weighted sums of its own losses, not the twin's."""
+    import dataclasses
+
+    from pipeline.problems.absolute import Absolute
+
+    @dataclasses.dataclass(frozen=True)
+    class Doubled(Absolute):
+        def losses(self, theta, data):
+            return 2.0 * Absolute.losses(self, theta, data)
+
+    problem, plain = Doubled(DIM, 1.0), Absolute(DIM, 1.0)
+    theta = np.linspace(-0.5, 0.5, DIM)
+    assert problem.compiled_problem() is None and plain.compiled_problem() is not None
+    assert problem.population_loss(theta) == 2.0 * plain.population_loss(theta)
+    assert problem.excess_loss(theta) == 2.0 * plain.excess_loss(theta) > 0.0

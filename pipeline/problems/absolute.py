@@ -239,6 +239,17 @@ class Absolute(Twinned, FiniteBallProblem):
     def twin(self) -> SignTwin:
         return SignTwin.of(self)
 
+    # The twin's losses add |θ − x| inline: a subclass with losses of its own measures them in numpy.
+    def population_loss(self, theta: np.ndarray) -> float:
+        if keeps_twin(self, "twin", ("losses",)):
+            return Twinned.population_loss(self, theta)
+        return FiniteBallProblem.population_loss(self, theta)
+
+    def excess_loss(self, theta: np.ndarray) -> float:
+        if keeps_twin(self, "twin", ("losses",)):
+            return Twinned.excess_loss(self, theta)
+        return FiniteBallProblem.excess_loss(self, theta)
+
     def compiled_envelope(self, beta: float) -> CompiledProblem | None:
         """prox with step s = 1/β: soft-thresholding of θ by s toward each x."""
         kept = keeps_twin(self, "compiled_envelope", (*TWINNED, *REPRODUCED, "prox"))

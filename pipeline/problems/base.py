@@ -19,13 +19,6 @@ from pipeline.twins import keeps_twin
 from pipeline.problems.records import ONE_EACH, RecordsPerUser, choose_records, offsets_of  # noqa: F401
 
 
-def squared_norm(vector: np.ndarray) -> float:
-    """‖v‖₂² as numpy's pairwise sum of the squares: the same bits on every CPU (BLAS's ddot,
-    behind `v @ v`, changes its last bits with the kernel), and what the fused rounds
-    (pipeline.engine.fused) compute."""
-    return float(np.add.reduce(vector * vector))
-
-
 def ball_projection(theta: np.ndarray, radius: float) -> np.ndarray:
     """The Euclidean projection onto {‖θ‖₂ ≤ radius}: numerics.project_to_ball, compiled (the
     compiled rounds inline it), on a copy.

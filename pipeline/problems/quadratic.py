@@ -23,7 +23,7 @@ def centred_gradients(self, query, data, column, users, out):
 
 def centred_losses(self, released, squares):
     """A compiled twin's excess ½‖θ − θ*‖², its squares summed as numpy's pairwise sum
-    (squared_norm), and population loss that plus `self.constant`: the quadratic's and Bernoulli's."""
+    (np.add.reduce of the squares), and population loss that plus `self.constant`: the quadratic's and Bernoulli's."""
     for coordinate in range(released.size):
         gap = released[coordinate] - self.optimum[coordinate]
         squares[coordinate] = gap * gap
