@@ -9,12 +9,13 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from pipeline.problems.base import TWINNED, CompiledProblem, Twinned, writeable
+from pipeline.problems.base import TWINNED, CompiledProblem, Twinned, compiled_function, writeable
 from pipeline.problems.finite import FiniteBallProblem, choice_cdf, finite_draw, finite_losses, finite_support
 from pipeline.twins import keeps_twin
 
 # What the compiled twins reproduce besides the gradients and population losses (Twinned, and the
-# envelope's, compiled_envelope): a subclass overriding one keeps numpy; Elastic states its own twins.
+# envelope's, compiled_envelope): a subclass overriding one keeps the Python path; Elastic states
+# its own twins (twin, envelope_twin).
 REPRODUCED = ("sample", "losses", "project")
 
 
@@ -64,6 +65,16 @@ class SignTwin(NamedTuple):
         return finite_losses(self.ridge, self.support, self.weights, self.optimum_losses, released)
 
 
+def prox_point(middle, point, threshold):
+    """x + sign(c − x)·max(|c − x| − t, 0), as numpy computes it elementwise (a NaN gap stays NaN):
+    the prox of the absolute deviation toward x, soft-thresholding c = θ/den by t."""
+    gap = middle - point
+    shrunk = np.abs(gap) - threshold
+    if shrunk < 0.0:  # np.maximum(shrunk, 0.0); a NaN stays
+        shrunk = 0.0
+    return point + sign(gap) * shrunk
+
+
 class EnvelopeTwin(NamedTuple):
     """The compiled twin (pipeline.problems.base) of the Moreau envelope (pipeline.problems.smoothed)
     of the absolute deviation or its elastic variant: gradient β(q − p), p = x + sign(c − x)·max(|c − x| − t, 0),
@@ -89,20 +100,33 @@ class EnvelopeTwin(NamedTuple):
         return cls(float(ridge), float(beta), float(denominator), float(threshold), *_finite_constants(problem))
 
     def gradients(self, query, data, column, users, out):
-        """np.multiply(β, q − (x + sign(gap)·np.maximum(|gap| − t, 0))), gap = q/den − x."""
+        """β(q − p), p the prox point (prox_point) of each x."""
         for coordinate in range(query.size):
             centre, row = query[coordinate], data[coordinate, column: column + users]
             target = out[coordinate * users: (coordinate + 1) * users]
             middle = centre / self.denominator
             for user in range(users):
-                gap = middle - row[user]
-                shrunk = np.abs(gap) - self.threshold
-                if shrunk < 0.0:  # np.maximum(shrunk, 0.0); a NaN stays
-                    shrunk = 0.0
-                target[user] = self.beta * (centre - (row[user] + sign(gap) * shrunk))
+                target[user] = self.beta * (centre - prox_point(middle, row[user], self.threshold))
+
+    def prox(self, query, data, column, users, out):
+        """The prox points themselves (Absolute.prox, Elastic.prox), in `gradients`' layout."""
+        for coordinate in range(query.size):
+            row = data[coordinate, column: column + users]
+            target = out[coordinate * users: (coordinate + 1) * users]
+            middle = query[coordinate] / self.denominator
+            for user in range(users):
+                target[user] = prox_point(middle, row[user], self.threshold)
 
     def losses(self, released, squares):
         return finite_losses(self.ridge, self.support, self.weights, self.optimum_losses, released)
+
+
+def envelope_prox(twin: EnvelopeTwin, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """Problem.prox by an envelope twin's `prox`, compiled alone: a new (d, count) array."""
+    query, data = np.require(theta, np.float64, ("C", "W")), np.require(data, np.float64, ("C", "W"))
+    out = np.empty(data.shape)
+    compiled_function(EnvelopeTwin.prox)(twin, query, data, 0, data.shape[1], out.reshape(-1))
+    return out
 
 
 def _finite_constants(problem: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -233,8 +257,12 @@ class Absolute(Twinned, FiniteBallProblem):
         return np.abs(theta[:, None] - data).sum(axis=0)
 
     def prox(self, theta: np.ndarray, data: np.ndarray, step: float) -> np.ndarray:
-        gap = theta[:, None] - data
-        return data + np.sign(gap) * np.maximum(np.abs(gap) - step, 0.0)
+        return envelope_prox(self.envelope_twin(step), theta, data)
+
+    def envelope_twin(self, step: float, beta: float = 1.0) -> EnvelopeTwin:
+        """The twin of the prox with step s (and of the Moreau envelope with smoothing β = 1/s):
+        soft-thresholding of θ by s toward each x."""
+        return EnvelopeTwin.of(self, beta, threshold=step)
 
     def twin(self) -> SignTwin:
         return SignTwin.of(self)
@@ -251,6 +279,6 @@ class Absolute(Twinned, FiniteBallProblem):
         return FiniteBallProblem.excess_loss(self, theta)
 
     def compiled_envelope(self, beta: float) -> CompiledProblem | None:
-        """prox with step s = 1/β: soft-thresholding of θ by s toward each x."""
-        kept = keeps_twin(self, "compiled_envelope", (*TWINNED, *REPRODUCED, "prox"))
-        return EnvelopeTwin.of(self, beta, threshold=1.0 / beta) if kept else None
+        """envelope_twin with step s = 1/β."""
+        kept = keeps_twin(self, "envelope_twin", (*TWINNED, *REPRODUCED, "prox"))
+        return self.envelope_twin(1.0 / beta, beta) if kept else None

@@ -9,9 +9,7 @@ from typing import ClassVar
 import numpy as np
 
 from pipeline.numerics import ordered_dot
-from pipeline.problems.absolute import REPRODUCED, Absolute, EnvelopeTwin, SignTwin
-from pipeline.problems.base import TWINNED, CompiledProblem
-from pipeline.twins import keeps_twin
+from pipeline.problems.absolute import Absolute, EnvelopeTwin, SignTwin
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,19 +67,11 @@ class Elastic(Absolute):
         """Per-user losses ℓ(θ, x_i), shape (count,)."""
         return np.abs(theta[:, None] - data).sum(axis=0) + 0.5 * self.regularization * ordered_dot(theta, theta)
 
-    def prox(self, theta: np.ndarray, data: np.ndarray, step: float) -> np.ndarray:
-        curvature = self.regularization + 1.0 / step
-        centre = (theta / (1.0 + self.regularization * step))[:, None]
-        gap = centre - data
-        return data + np.sign(gap) * np.maximum(np.abs(gap) - 1.0 / curvature, 0.0)
-
     def twin(self) -> SignTwin:
         return SignTwin.of(self, ridge=self.regularization)
 
-    def compiled_envelope(self, beta: float) -> CompiledProblem | None:
-        """prox with step s = 1/β: its centre θ/(1 + λs) and threshold 1/(λ + 1/s)."""
-        if not keeps_twin(self, "compiled_envelope", (*TWINNED, *REPRODUCED, "prox")):
-            return None
-        step = 1.0 / beta
+    def envelope_twin(self, step: float, beta: float = 1.0) -> EnvelopeTwin:
+        """The twin of the prox with step s (and of the envelope with β = 1/s): its centre
+        θ/(1 + λs) and threshold 1/(λ + 1/s)."""
         return EnvelopeTwin.of(self, beta, ridge=self.regularization, denominator=1.0 + self.regularization * step,
                                threshold=1.0 / (self.regularization + 1.0 / step))

@@ -46,9 +46,18 @@ def sign_gradients(problem, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
     return out
 
 
+def prox(problem, theta: np.ndarray, data: np.ndarray, step: float) -> np.ndarray:
+    """The absolute deviation's prox toward each x, soft-thresholding: x + sign(c − x)·max(|c − x| − t, 0)
+    with c = θ, t = s; Elastic's c = θ/(1 + λs), t = 1/(λ + 1/s)."""
+    ridge = getattr(problem, "regularization", None)
+    centre, threshold = (theta, step) if ridge is None else (theta / (1.0 + ridge * step), 1.0 / (ridge + 1.0 / step))
+    gap = centre[:, None] - data
+    return data + np.sign(gap) * np.maximum(np.abs(gap) - threshold, 0.0)
+
+
 def envelope_gradients(problem, theta: np.ndarray, data: np.ndarray, beta: float) -> np.ndarray:
-    """The Moreau envelope's β(θ − prox_{ℓ/β}(θ)) (seed 000, Lemma 4.6), the base's numpy prox."""
-    return np.multiply(beta, theta[:, None] - problem.prox(theta, data, 1.0 / beta))
+    """The Moreau envelope's β(θ − prox_{ℓ/β}(θ)) (seed 000, Lemma 4.6)."""
+    return np.multiply(beta, theta[:, None] - prox(problem, theta, data, 1.0 / beta))
 
 
 def gradients(problem, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
