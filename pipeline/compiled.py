@@ -45,7 +45,7 @@ from numba.np.random._constants import fi_double, ki_double, wi_double, ziggurat
 from numba.np.random.distributions import _binomial_btpe_squeeze
 
 from pipeline import draws
-from pipeline.numerics import pairwise_sum, project_to_ball
+from pipeline.numerics import column_norms_into, pairwise_sum, project_to_ball
 from pipeline.twins import called_functions, stage_key
 
 # numba names compiled code `qualname$n`, n counting from 1 in each process, and links code of one
@@ -136,6 +136,7 @@ def jitable(function):
 
 jitable(pairwise_sum)  # numerics' sums, which the kernels and the problems' twins share
 jitable(project_to_ball)  # the ball's projection, problems.base.ball_projection's
+jitable(column_norms_into)  # the gradients' norms the protocols clip by
 
 
 # --- the generator ----------------------------------------------------------------------
@@ -710,15 +711,10 @@ def _gradients(problem, query, data, column, users, out, norms):
     coordinate (numerics.column_norms); False if a gradient is not finite (Shard._compute raises on it)."""
     dim = query.size
     problem_gradients(problem, query, data, column, users, out)
-    norms[:users] = 0.0
-    for coordinate in range(dim):
-        row = out[coordinate * users: (coordinate + 1) * users]
-        for user in range(users):
-            norms[user] += row[user] * row[user]
+    column_norms_into(out, dim, users, norms)
     overflow = False  # an infinite or NaN gradient, or a finite one whose square overflows
     for user in range(users):
         overflow |= not np.isfinite(norms[user])
-        norms[user] = np.sqrt(norms[user])
     if overflow:
         for index in range(dim * users):
             if not np.isfinite(out[index]):

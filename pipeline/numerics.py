@@ -167,3 +167,16 @@ def project_to_ball(point, radius, squares):
         shrink = radius / norm
         for coordinate in range(dim):
             point[coordinate] *= shrink
+
+
+def column_norms_into(values, dim, users, norms):
+    """column_norms of a (d, users) array held flat in (coordinate, user) order, into norms[:users],
+    in numba's subset: each column's squares added coordinate by coordinate (row by row: the
+    compiler vectorizes the inner loop), then the square root."""
+    norms[:users] = 0.0
+    for coordinate in range(dim):
+        row = values[coordinate * users: (coordinate + 1) * users]
+        for user in range(users):
+            norms[user] += row[user] * row[user]
+    for user in range(users):
+        norms[user] = np.sqrt(norms[user])

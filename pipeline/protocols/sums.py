@@ -22,7 +22,7 @@ import scipy  # submodules load on first use (scipy.stats alone costs 0.5 s per 
 
 from pipeline import accounting as privacy  # submodules load on first use: shards never import dp_accounting
 from pipeline import draws
-from pipeline.numerics import column_norms, pairwise_sum
+from pipeline.numerics import column_norms, column_norms_into, pairwise_sum
 from pipeline.protocols.base import CENTRAL_GAUSSIAN_NOISE, FIXED_NOISE, GAUSSIAN_SUM, NOISY_MAX, PlanError, Protocol
 from pipeline.twins import keeps_twin
 
@@ -118,16 +118,6 @@ def duchi_agreement(epsilon0: float) -> float:
 
 # --- The compiled twin of a call (FusedSum), in numba's subset -------------------------------------
 
-def _column_norms_into(values, dim, users, norms):
-    """numerics.column_norms of a (d, users) array in (coordinate, user) order: each column's
-    squares added coordinate by coordinate."""
-    for user in range(users):
-        total = 0.0
-        for coordinate in range(dim):
-            total += values[coordinate * users + user] * values[coordinate * users + user]
-        norms[user] = np.sqrt(total)
-
-
 def _duchi_in_place(inputs, dim, users, state, radius, agreement, report_norm, norms, work):
     """Duchi et al.'s ε0-LDP randomizer for the ℓ2 ball (2018, §4.2.3) on a chunk's clipped inputs
     ((coordinate, user) order), in place. Each x (‖x‖ ≤ r) becomes ±r·x/‖x‖ with probabilities
@@ -138,11 +128,11 @@ def _duchi_in_place(inputs, dim, users, state, radius, agreement, report_norm, n
     (coordinate, user) order, each column normalized; one uniform each for the half-space.
     `work`: (signs, sphere's norms, sphere), of a chunk's sizes."""
     signs, sphere_norms, sphere = work
-    _column_norms_into(inputs, dim, users, norms)
+    column_norms_into(inputs, dim, users, norms)
     for user in range(users):
         signs[user] = 1.0 if draws.uniform(state) < 0.5 + norms[user] / (2.0 * radius) else -1.0
     draws.standard_normals(state, sphere, dim * users)
-    _column_norms_into(sphere, dim, users, sphere_norms)
+    column_norms_into(sphere, dim, users, sphere_norms)
     for user in range(users):
         for coordinate in range(dim):
             sphere[coordinate * users + user] /= sphere_norms[user]

@@ -8,21 +8,11 @@ import numpy as np
 
 from pipeline.numerics import column_dots, column_norms
 from pipeline.protocols import girgis
-from pipeline.protocols.cjmp import PartialCounts, PvecParams
+from pipeline.protocols.cjmp import PartialCounts, PvecParams, _shift_and_scale as shift_and_scale  # literal mode's, numpy
 from pipeline.protocols.sampling import binomial_above_floor
 from pipeline.protocols.sums import FixedPointSum, SumParams, duchi_agreement
 
 _BYTE = 256
-
-
-def shift_and_scale(params: PvecParams, vectors: np.ndarray, resolution: int = 1) -> np.ndarray:
-    """In place: clip every user to ‖x‖₂ ≤ Δ₂, then x ↦ (x + Δ₂)·g/Δ·resolution, clamped to
-    [0, g·resolution] (seed 000 notes T6, T8)."""
-    norms = column_norms(vectors)
-    scale = params.g / params.value_range * resolution
-    vectors *= (scale * params.norm_bound) / np.maximum(norms, params.norm_bound, out=norms)
-    vectors += scale * params.norm_bound
-    return np.clip(vectors, 0.0, float(params.g * resolution), out=vectors)
 
 
 def rounded_sum(params: PvecParams, vectors: np.ndarray, rng: np.random.Generator) -> np.ndarray:
