@@ -45,6 +45,10 @@ def test_pvec_blocks_are_the_oracles(accounting, users, dim, chunk):
         partial = protocol.encode_block(params, [part.copy() for part in chunks], ours, work)
         assert _same(partial, oracle.pvec_encode_block(params, chunks, theirs)), (accounting, users, dim, block)
         assert ours.random() == theirs.random()  # the stream moved past the same draws
+    # chunks of growing sizes and no workspace: buffers grow, the block's ones kept
+    parts = [np.ascontiguousarray(inputs[:, low: high]) for low, high in ((0, 3), (3, 40), (40, 41), (41, 200))]
+    ours, theirs = stream(0, 2, 8, 0), stream(0, 2, 8, 0)
+    assert _same(protocol.encode_block(params, parts, ours), oracle.pvec_encode_block(params, parts, theirs))
 
 
 def test_pvec_ties_are_drawn_as_the_oracle_draws_them():

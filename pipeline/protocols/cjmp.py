@@ -326,18 +326,17 @@ def encode_block(params: PvecParams, chunks: Iterable[np.ndarray], rng: np.rando
         raise ValueError(f"g = {params.g} is too large for 32-bit fixed-point rounding")
     rounded_sum = compiled.compiled_function(rounded_chunk)
     constants = rounding_constants(params)
-    users = 0
+    work, users = rounding_work(params.dim, 0) if work is None else work, 0
     with draws.drawn_in_compiled_code(rng) as state:
         for chunk in chunks:
             dim, count = chunk.shape
-            if work is None or work[2].size < dim * count:
-                work = rounding_work(dim, count)
-            rounded_sum(*constants, work, np.ascontiguousarray(chunk, np.float64).reshape(-1), column_norms(chunk), dim, count,
-                        state)
+            if work[2].size < dim * count:  # buffers for a larger chunk; the block's ones kept
+                work = (*rounding_work(dim, count)[:3], work[3])
+            rounded_sum(*constants, work, np.ascontiguousarray(chunk, np.float64).reshape(-1), column_norms(chunk),
+                        dim, count, state)
             users += count
-    rounded = np.zeros(params.dim, np.int64) if work is None else work[3].copy()
-    if work is not None:
-        work[3][:] = 0
+    rounded = work[3].copy()
+    work[3][:] = 0
     noise, floor_total = binomial_above_floor(rng, users * params.b_noise, params.p, params.dim)
     return PartialCounts(users, rounded + noise, floor_total)
 
