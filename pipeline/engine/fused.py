@@ -116,8 +116,8 @@ def kernels_cached(jobs: tuple = ()) -> bool:
 
 def kernel_functions(encoding: Any, update: Any, twin: Any) -> tuple:
     """What a round kernel inlines: the protocol's fused encoding's functions, the optimizer's three
-    stages, the problem's twin's gradients and losses, and the kernels' own sums
-    (numerics.pairwise_sum, outside compiled's file)."""
+    stages, the problem's twin's gradients and losses, and numerics' sums, norms and projection
+    (twin_functions: outside compiled's file)."""
     return *encoding_functions(encoding), update.query, update.step, update.release, *twin_functions(twin)
 
 
