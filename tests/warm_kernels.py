@@ -1,4 +1,5 @@
-"""Compiles the fused rounds' numba kernels into their cache (pipeline/engine/__pycache__ or
+"""Compiles the fused rounds' numba kernels, and the functions the Python rounds compile one by
+one (the problems' and protocols' compiled functions), into their cache (pipeline/engine/__pycache__ or
 $NUMBA_CACHE_DIR) by running tiny jobs that reach each kernel, so that the test processes, Ray
 actors and command-line children a test run starts load the kernels instead of each compiling
 them (15 s and more of a core apiece on a fresh checkout). conftest.py runs it before the
@@ -9,6 +10,8 @@ Usage: python tests/warm_kernels.py PART PARTS (this process runs the jobs PART,
 from __future__ import annotations
 
 import sys
+
+import numpy as np
 
 from pipeline import config, engine, planning
 
@@ -29,6 +32,42 @@ JOBS = (
 )
 
 
+def _girgis() -> None:
+    from pipeline.engine.layout import stream
+    from pipeline.protocols import girgis
+
+    params = girgis.plan_girgis("l2", 4, 3, 1.0, 2.0)
+    girgis.decode(params, girgis.encode_block(params, np.zeros((3, 4)), stream(0, 2, 0, 0)))
+
+
+def _sums_and_pvec() -> None:
+    from pipeline.engine.layout import stream
+    from pipeline.protocols import build_protocol
+    from pipeline.protocols.base import GRADIENTS, RoundPlan
+
+    for name in ("shuffle_gaussian", "cjmp_vec"):
+        protocol = build_protocol(name, "tight")
+        params = protocol.plan(RoundPlan(0, 0, 4, 1.0, 1e-6, 1.0, GRADIENTS), 3)
+        protocol.encode_block(params, [np.zeros((3, 4))], stream(0, 2, 0, 0), protocol.workspace(4, 3))
+
+
+def _problems() -> None:
+    from pipeline.optimizers.base import gradient_problem
+    from pipeline.problems import build_problem
+
+    for name in ("quadratic", "bernoulli", "absolute", "elastic"):
+        problem = build_problem(name, 3, 1.0)
+        problem.gradients(np.zeros(3), problem.sample(np.random.default_rng(0), 2))
+        problem.excess_loss(problem.project(np.ones(3)))
+        if name == "elastic":
+            problem.prox(np.zeros(3), np.zeros((3, 2)), 0.5)
+            gradient_problem(problem, 2.0).gradients(np.zeros(3), np.zeros((3, 2)))
+
+
+# The functions the Python rounds compile alone (pipeline.compiled.compiled_function), in two parts.
+FUNCTIONS = (_girgis, _problems, _sums_and_pvec)
+
+
 def cached() -> bool:
     """Whether numba's cache holds kernels of the current source (engine.kernels_cached: an edit
     makes numba recompile, and Ray actors compiling for seconds time out a compiled graph's first round)."""
@@ -37,6 +76,8 @@ def cached() -> bool:
 
 def warm(part: int, parts: int) -> None:
     """Runs this process's share of JOBS on the local backend, one shard."""
+    for functions in FUNCTIONS[part::parts]:
+        functions()
     for problem, optimizer, protocol, accounting in JOBS[part::parts]:
         tree = {"experiment": "warm", "problem": {"name": problem, "dim": 3, "radius": 1.0}, "n_users": 600,
                 "optimizer": {"name": optimizer, **({"rounds": 2} if optimizer == "full_gd" else {})},
