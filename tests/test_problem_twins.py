@@ -157,3 +157,20 @@ def test_a_finite_problem_with_losses_of_its_own_measures_them():
     assert problem.compiled_problem() is None and plain.compiled_problem() is not None
     assert problem.population_loss(theta) == 2.0 * plain.population_loss(theta)
     assert problem.excess_loss(theta) == 2.0 * plain.excess_loss(theta) > 0.0
+
+
+def test_every_built_in_twin_is_the_problems_one_definition():
+    """A registered problem with a compiled twin takes its gradients and losses from it
+    (problems.base.Twinned), not from numpy methods of its own beside it."""
+    from pipeline.problems import PROBLEMS
+    from pipeline.problems.base import Twinned
+
+    twinned = [name for name in PROBLEMS if name != "dataset" and build_problem(name, DIM, 1.0).compiled_problem()]
+    assert set(twinned) == {name for name, _ in CASES}
+    theta = np.linspace(-2.0, 2.0, DIM)  # outside the ball
+    for name in twinned:
+        problem = build_problem(name, DIM, 1.0)
+        assert isinstance(problem, Twinned) and type(problem).gradients is Twinned.gradients, name
+        twin = problem.compiled_problem()
+        assert (problem.excess_loss(theta), problem.population_loss(theta)) == \
+            type(twin).losses(twin, theta, np.empty(DIM)), name  # the twin's, interpreted

@@ -728,7 +728,7 @@ def _cube_of(inputs, norms, users, kind, coded, ball, clip_radius, signs, units,
 
 
 def _l1_messages(inputs, users, state, coded, ball, hadamard, units, spare, indices, hist):
-    """_encode_l1 of a chunk's gradients: each scaled into the ℓ1 ball of radius r (its
+    """R^{ℓ1} (Alg. 3.4.1) of a chunk's inputs: each scaled into the ℓ1 ball of radius r (its
     |coordinates| summed in order, numerics.column_sums), padded and transformed by H; one index
     j below d_pad per user (`integers`), then one uniform per user for σ = +1 with probability
     ½ + ½·clip((Hx)_j/r, ±1)/c."""
