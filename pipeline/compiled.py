@@ -6,8 +6,11 @@ alike: one window of sequential rounds (round_kernel) of a protocol's fused enco
 randomizer and analyzer: Protocol.fused_encoding; protocol_encode, protocol_analyze, …) on the
 gradients and losses of a problem's twin (Problem.compiled_problem; problem_gradients,
 problem_losses), stepped by an optimizer's stages (Optimizer.compiled_update); one fully
-interactive round over a shard's blocks (block_kernel); a block's users (draw_kernel). It names
-no particular problem, protocol or optimizer: numba resolves each twin's functions from its type.
+interactive round over a shard's blocks (block_kernel); a block's users (draw_kernel); and any
+one of those functions compiled alone (compiled_function), for the code that calls them one call
+at a time. It names no particular problem, protocol or optimizer: numba resolves each twin's
+functions from its type. It sits below the families (layer 0), which import it inside the
+functions that run compiled code, so numba loads at their first call.
 
 Each step names the reference it reproduces. numba compiles at first use and caches the
 machine code next to this file (or under NUMBA_CACHE_DIR). Its cache is keyed by the file
@@ -871,7 +874,8 @@ def _keyed(kernel, kind: str, parts: tuple, tag: int):
 def compiled_function(function):
     """A function in numba's subset (a twin's, a stage, a helper) compiled alone, with the functions
     it calls (jitable), for the code that calls it one call at a time: the rounds the engine runs
-    in Python (pipeline.engine.rounds) and the problems' public methods (problems.base.Twinned).
+    in Python (pipeline.engine.rounds), the problems' public methods (problems.base.Twinned) and
+    the built-in protocols' encode_block and girgis.decode.
     Cached on disk as the kernels are (_keyed, by twins.stage_key of it and what it calls, in
     other files too: a chain's stages call its transforms); a function shipped by value to a node
     without its file compiles in each process.
