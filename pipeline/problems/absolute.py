@@ -222,6 +222,7 @@ class Absolute(Twinned, FiniteBallProblem):
     radius: float
     name: ClassVar[str] = "absolute"
     twin_reproduces: ClassVar[tuple[str, ...]] = REPRODUCED
+    losses_restate: ClassVar[tuple[str, ...]] = ("losses",)  # the twin adds |θ − x| inline
     tag: ClassVar[int] = 2  # seeds the distribution's generator together with d
 
     @property
@@ -266,17 +267,6 @@ class Absolute(Twinned, FiniteBallProblem):
 
     def twin(self) -> SignTwin:
         return SignTwin.of(self)
-
-    # The twin's losses add |θ − x| inline: a subclass with losses of its own measures them in numpy.
-    def population_loss(self, theta: np.ndarray) -> float:
-        if keeps_twin(self, "twin", ("losses",)):
-            return Twinned.population_loss(self, theta)
-        return FiniteBallProblem.population_loss(self, theta)
-
-    def excess_loss(self, theta: np.ndarray) -> float:
-        if keeps_twin(self, "twin", ("losses",)):
-            return Twinned.excess_loss(self, theta)
-        return FiniteBallProblem.excess_loss(self, theta)
 
     def compiled_envelope(self, beta: float) -> CompiledProblem | None:
         """envelope_twin with step s = 1/β."""

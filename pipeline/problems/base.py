@@ -380,9 +380,13 @@ class Twinned(Problem):
       twin_reproduces: what else of the class the twin reproduces (its `draw`: `sample`; the
         kernels' projection: `project`). A subclass that overrides one of these, or `gradients`,
         `population_loss` or `excess_loss`, keeps the Python path (twins.keeps_twin).
+      losses_restate: the methods the twin's `losses` restate inline (absolute's per-user
+        `losses`): a subclass that overrides one measures its losses with the next class's
+        methods in its MRO (FiniteBallProblem's weighted sums).
     """
 
     twin_reproduces: ClassVar[tuple[str, ...]] = ("sample", "project")
+    losses_restate: ClassVar[tuple[str, ...]] = ()
 
     @abc.abstractmethod
     def twin(self) -> CompiledProblem:
@@ -401,11 +405,16 @@ class Twinned(Problem):
         released = _floats(theta)
         return compiled_function(type(self._twin).losses)(self._twin, released, np.empty(released.size))
 
+    @functools.cached_property
+    def _twin_measures(self) -> bool:
+        """Whether the twin's losses are this class's (no method they restate overridden)."""
+        return keeps_twin(self, "twin", self.losses_restate)
+
     def population_loss(self, theta: np.ndarray) -> float:
-        return self._losses(theta)[1]
+        return self._losses(theta)[1] if self._twin_measures else super().population_loss(theta)
 
     def excess_loss(self, theta: np.ndarray) -> float:
-        return self._losses(theta)[0]
+        return self._losses(theta)[0] if self._twin_measures else super().excess_loss(theta)
 
     def compiled_problem(self) -> CompiledProblem | None:
         kept = keeps_twin(self, "twin", (*TWINNED, *self.twin_reproduces))

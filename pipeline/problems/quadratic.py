@@ -8,7 +8,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from pipeline import draws
-from pipeline.numerics import pairwise_sum
+from pipeline.numerics import column_norms_into, pairwise_sum
 from pipeline.problems.base import Twinned, ball_projection, compiled_function, writeable
 
 def centred_gradients(self, query, data, column, users, out):
@@ -55,18 +55,14 @@ class QuadraticTwin(NamedTuple):
 
 
 def on_sphere(optimum, spread, directions):
-    """The users whose directions are these normals (d, users), in place: each user's direction
-    (its norm summed coordinate by coordinate, as np.linalg.norm(axis=0) sums it; a zero norm
-    read as 1) scaled to `spread` and moved to θ*. Quadratic.from_normals and its twin's draw."""
+    """The users whose directions are these normals (d, users, C-ordered), in place: each user's
+    direction (its norm numerics.column_norms_into, as np.linalg.norm(axis=0) sums it; a zero
+    norm read as 1) scaled to `spread` and moved to θ*. Quadratic.from_normals and its twin's draw."""
     dim, users = directions.shape
-    norms = np.zeros(users)
-    for coordinate in range(dim):
-        row = directions[coordinate]
-        for user in range(users):
-            norms[user] += row[user] * row[user]
+    norms = np.empty(users)
+    column_norms_into(directions.reshape(directions.size), dim, users, norms)
     for user in range(users):
-        norm = np.sqrt(norms[user])
-        norms[user] = spread / (norm if norm != 0.0 else 1.0)
+        norms[user] = spread / (norms[user] if norms[user] != 0.0 else 1.0)
     for coordinate in range(dim):
         row, centre = directions[coordinate], optimum[coordinate]
         for user in range(users):

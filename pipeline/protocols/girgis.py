@@ -866,6 +866,7 @@ class GirgisEncoding(NamedTuple):
     signs: np.ndarray
 
     @classmethod
+    @functools.lru_cache(maxsize=64)  # per randomizer, not per block: the Python rounds ask every block
     def of(cls, params: GirgisParams) -> "GirgisEncoding":
         """The randomizer's constants."""
         rotated = params.kind == "l2"
