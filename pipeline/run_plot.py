@@ -61,7 +61,21 @@ def run_figure(title: str, rounds: np.ndarray, excess_loss: np.ndarray, epsilon_
     spent.set_xscale("log")
     spent.set_xlabel("round (1-based)")
     spent.set_title("ε spent (the run's accounting mode)")
+    for axis in (loss.xaxis, loss.yaxis, spent.xaxis):
+        _plain_log_ticks(axis)
     figure.suptitle(title if len(title) <= 110 else title[:107] + "…", fontsize="medium")
     out = io.BytesIO()
     figure.savefig(out, format="png")
     return out.getvalue()
+
+
+def _plain_log_ticks(axis) -> None:
+    """A log axis's ticks labelled in plain text (1e-03, 10, 100), not in mathtext (10⁻³, parsed
+    label by label: a quarter of a figure's time), minor ones only on an axis spanning few decades,
+    as matplotlib's default. A linear axis is left as is."""
+    from matplotlib import ticker
+
+    if axis.get_scale() != "log":
+        return
+    axis.set_major_formatter(ticker.LogFormatter())
+    axis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False))

@@ -284,8 +284,7 @@ def execute_rounds(job: Any, state: Any, start: int, stop: int, collect: Collect
                 raise NonFiniteError(f"round {round_index}: {name} holds {value_class(value)}")
         if exact:
             records.append(RoundRecord(round_index, plan.first_user, plan.stop_user, params, counts.users,
-                                       job.problem.excess_loss(released),
-                                       job.problem.population_loss(released), time.perf_counter() - began))
+                                       *job.problem.excess_and_population_loss(released), time.perf_counter() - began))
         else:  # measured after the run, on the shards that hold the rows
             kept = np.array(released, copy=True) if round_index in job.evaluation_rounds else None
             records.append(RoundRecord(round_index, plan.first_user, plan.stop_user, params, counts.users,

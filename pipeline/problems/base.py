@@ -285,6 +285,11 @@ class Problem(abc.ABC):
         """Excess population loss F(θ) − F(θ*)."""
         return self.population_loss(theta) - self.population_loss(self.optimum)
 
+    def excess_and_population_loss(self, theta: np.ndarray) -> tuple[float, float]:
+        """(excess_loss(θ), population_loss(θ)), what each round records: one call, for a problem
+        that computes both at once (Twinned)."""
+        return self.excess_loss(theta), self.population_loss(theta)
+
     def read_user_records(self, n_users: int, first: int, stop: int) -> tuple[np.ndarray, np.ndarray | None]:
         """Users first … stop−1's records (problems with `reads_rows`), user by user, and how many
         records each holds (None: one each). The default reads one record per user (`read_users`)."""
@@ -415,6 +420,14 @@ class Twinned(Problem):
 
     def excess_loss(self, theta: np.ndarray) -> float:
         return self._losses(theta)[0] if self._twin_measures else super().excess_loss(theta)
+
+    @functools.cached_property
+    def _twin_measures_both(self) -> bool:
+        """Whether both losses are the twin's (neither overridden below Twinned)."""
+        return self._twin_measures and keeps_twin(self, "twin", ("excess_loss", "population_loss"))
+
+    def excess_and_population_loss(self, theta: np.ndarray) -> tuple[float, float]:
+        return self._losses(theta) if self._twin_measures_both else super().excess_and_population_loss(theta)
 
     def compiled_problem(self) -> CompiledProblem | None:
         kept = keeps_twin(self, "twin", (*TWINNED, *self.twin_reproduces))

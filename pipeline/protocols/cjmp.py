@@ -353,7 +353,7 @@ def finish(params: PvecParams, total: PartialCounts) -> ShuffledCounts:
       The analyzer's statistic.
     """
     whole, fraction = split_mean(total.users * params.b_noise, params.p)
-    return ShuffledCounts(total.users, (total.ones_above_floor + (total.floor_total - whole)).astype(np.float64) - fraction)
+    return ShuffledCounts(total.users, centred_ones(total.ones_above_floor, whole - total.floor_total, fraction))
 
 
 def encode_messages(params: PvecParams, vectors: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -392,7 +392,7 @@ def count_messages(params: PvecParams, labels: np.ndarray, bits: np.ndarray) -> 
     """
     ones = np.bincount(labels, weights=bits, minlength=params.dim).astype(np.int64)
     whole, fraction = split_mean(params.users * params.b_noise, params.p)
-    return ShuffledCounts(params.users, (ones - whole).astype(np.float64) - fraction)
+    return ShuffledCounts(params.users, centred_ones(ones, whole, fraction))
 
 
 def decode(params: PvecParams, counts: ShuffledCounts) -> np.ndarray:
@@ -412,7 +412,32 @@ def decode(params: PvecParams, counts: ShuffledCounts) -> np.ndarray:
     """
     if counts.users != params.users:
         raise ValueError(f"statistic of {counts.users} users for a call planned for {params.users}")
-    return (params.value_range / params.g) * counts.centred_ones - params.users * params.norm_bound
+    return estimate_of_sum(counts.centred_ones, params.value_range / params.g, params.users * params.norm_bound)
+
+
+def centred_ones(ones, whole: int, fraction: float):
+    """#ones − n·b_noise·p per coordinate, the mean split exactly (split_mean: whole + fraction):
+    the integers subtracted exactly, then the fraction in float64. What finish, count_messages and
+    the compiled twin's analyze compute (numpy arrays, or numba's scalars).
+
+    Args:
+      ones: the counts of ones (int64), or their parts above a public floor.
+      whole: the integer to subtract (whole minus that floor).
+      fraction: the mean's fraction, in [0, 1).
+    """
+    return (ones - whole) - fraction
+
+
+def estimate_of_sum(centred, scale: float, shift: float):
+    """Analyzer A_vec's estimate of Σ_i x_i from the centred ones: (Δ/g)·centred − n·Δ₂ (decode
+    and the compiled twin's analyze; numpy arrays, or numba's scalars).
+
+    Args:
+      centred: centred_ones.
+      scale: Δ/g.
+      shift: n·Δ₂, the users' shift undone.
+    """
+    return scale * centred - shift
 
 
 def exact_variance(params: PvecParams, vectors: np.ndarray) -> np.ndarray:
@@ -572,7 +597,8 @@ class FusedEncoding(NamedTuple):
         """finish and decode: (Δ/g)·(ones − n·b_noise·p) − n·Δ₂, the mean split exactly; the ones cleared."""
         ones = work[3]
         for coordinate in range(estimate.size):
-            estimate[coordinate] = self.decode_scale * (np.float64(ones[coordinate] - self.whole) - self.fraction) - self.shift
+            centred = centred_ones(ones[coordinate], self.whole, self.fraction)
+            estimate[coordinate] = estimate_of_sum(centred, self.decode_scale, self.shift)
         ones[:] = 0
         return True
 

@@ -12,6 +12,7 @@ the total, far below every noise scale here.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -338,9 +339,19 @@ class SumProtocol(Protocol):
         return FixedPointSum(users, work[2].copy())
 
     def finish(self, params: SumParams, total: FixedPointSum, rng: np.random.Generator) -> ReleasedSum:
-        """The analyzer's statistic: the exact total, plus central noise if the protocol adds it."""
-        released = total.units.astype(np.float64) * params.quantum
-        return ReleasedSum(total.users, released)
+        """The analyzer's statistic: the exact total, plus the curator's noise if the protocol adds it,
+        by the compiled twin's `analyze` (the function the fused rounds inline), the noise drawn
+        from `rng`'s stream (draws.drawn_in_compiled_code; `rng` is not drawn from without it)."""
+        from pipeline import compiled  # numba loads at the first call, not at import
+
+        twin = self._twin(params)
+        work, estimate = twin.work(params.dim, 0), np.empty(params.dim)
+        work[2][:] = total.units
+        handed = (draws.drawn_in_compiled_code(rng) if twin.central_noise
+                  else contextlib.nullcontext(np.zeros(compiled.STATE_WORDS, np.uint64)))  # no draw taken
+        with handed as state:
+            compiled.compiled_function(FusedSum.analyze)(twin, work, 0, state, estimate)
+        return ReleasedSum(total.users, estimate)
 
     @staticmethod
     def decode(params: SumParams, statistic: ReleasedSum) -> np.ndarray:
@@ -405,10 +416,6 @@ class CentralGaussian(SumProtocol):
                                                          params.sigma)
         return privacy.events.GaussianSumDpEvent(params.users, params.population, params.dim, params.sensitivity,
                                                  params.sigma)
-
-    def finish(self, params: SumParams, total: FixedPointSum, rng: np.random.Generator) -> ReleasedSum:
-        exact = super().finish(params, total, rng)
-        return ReleasedSum(exact.users, exact.total + params.sigma * rng.standard_normal(params.dim))
 
     def released_count(self, params: SumParams, statistic: ReleasedSum) -> float:
         return params.rate * params.population if params.sampling == POISSON else params.users

@@ -141,6 +141,15 @@ def experiment_address(uri: str, experiment_id: str) -> str:
             f"&viewStateShareKey={SHARED_VIEW_KEY}")
 
 
+def _tag_filter(key: str, value: str) -> str | None:
+    """An MLflow search filter for runs whose tag `key` equals `value`, or None where MLflow's
+    filter grammar cannot quote the value (it holds both quote marks; the caller then filters)."""
+    for quote in ("'", '"'):
+        if quote not in value:
+            return f"tags.`{key}` = {quote}{value}{quote}"
+    return None
+
+
 def metric_steps(rounds: int) -> np.ndarray:
     """Every round if there are few; else log-spaced rounds and the last."""
     if rounds <= MAX_METRIC_STEPS:
@@ -241,13 +250,15 @@ class MlflowTracker:
 
     def _attempts(self, folder: str) -> dict[str, list[str]]:
         """run_id → the MLflow runs recorded for `folder` before this tracker started any: read in
-        one paged search the first time, not one search a run (5 ms each, of runs costing as little).
+        one paged search the first time, not one search a run (5 ms each, of runs costing as little),
+        and of that folder's runs alone (the whole experiment's took 0.1 s per 100 runs in the store).
         The caller holds the folder's lock, so no other process adds attempts meanwhile."""
         if folder not in self._attempts_by_folder:
             found: dict[str, list[str]] = {}
-            token = None
+            token, in_folder = None, _tag_filter(FOLDER_TAG, folder) or ""
             while True:
-                page = self.client.search_runs([self.experiment_id], max_results=SEARCH_PAGE, page_token=token)
+                page = self.client.search_runs([self.experiment_id], filter_string=in_folder, max_results=SEARCH_PAGE,
+                                               page_token=token)
                 for run in page:
                     if run.data.tags.get(FOLDER_TAG) == folder and RUN_ID_TAG in run.data.tags:
                         found.setdefault(run.data.tags[RUN_ID_TAG], []).append(run.info.run_id)
