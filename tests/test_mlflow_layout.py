@@ -175,24 +175,27 @@ def test_a_runs_figure_is_drawn_for_runs_with_nothing_to_log_scale(excess_loss, 
 
 
 @pytest.mark.parametrize("page", [10_000, 2], ids=["one page", "pages of 2"])
+@pytest.mark.parametrize("folder", ["/a", "/it's a", '/a "b"', "/a's \"b\""])
 def test_a_new_attempt_deletes_the_runs_earlier_attempts_in_its_folder_only(tmp_path, new_mlflow_store, monkeypatch,
-                                                                            page):
-    """Issue 43: a grid reads the earlier attempts once (one paged search), not once a run. It
-    deletes every earlier attempt of a run recorded for the same folder, on any page, and none
-    recorded for another folder sharing the experiment, nor another run's."""
+                                                                            page, folder):
+    """Issue 43: a grid reads the earlier attempts once (one paged search of its folder's runs), not
+    once a run. It deletes every earlier attempt of a run recorded for the same folder, on any page,
+    and none recorded for another folder sharing the experiment (one that differs by a character
+    too), nor another run's; whatever quote marks the folder holds."""
     from pipeline.tracking import mlflow_tracker
 
     monkeypatch.setattr(mlflow_tracker, "SEARCH_PAGE", page)
     uri = new_mlflow_store(tmp_path / "mlflow.db")
     first = MlflowTracker(uri, "attempts")
-    earlier = [first.start("r1", "r1", {}, "/a") for _ in range(3)]  # three attempts a killed grid left
+    earlier = [first.start("r1", "r1", {}, folder) for _ in range(3)]  # three attempts a killed grid left
     other_folder = first.start("r1", "r1", {}, "/b")
-    other_run = first.start("r2", "r2", {}, "/a")
-    again = MlflowTracker(uri, "attempts")  # the next grid into /a
-    latest = again.start("r1", "r1", {}, "/a")
+    near_folder = first.start("r1", "r1", {}, folder + "x")
+    other_run = first.start("r2", "r2", {}, folder)
+    again = MlflowTracker(uri, "attempts")  # the next grid into the folder
+    latest = again.start("r1", "r1", {}, folder)
     client = MlflowClient(tracking_uri=uri)
     active = {run.info.run_id for run in client.search_runs([again.experiment_id], max_results=100)}
-    assert active == {other_folder, other_run, latest}
+    assert active == {other_folder, near_folder, other_run, latest}
     assert {client.get_run(run_id).info.lifecycle_stage for run_id in earlier} == {"deleted"}
 
 

@@ -84,6 +84,7 @@ def test_the_twins_losses_are_the_problems(name, smoothing):
             released = np.asarray(problem.optimum, np.float64).copy()  # the excess is 0 there
         want = oracle.losses(problem, released)
         assert (problem.excess_loss(released), problem.population_loss(released)) == want, (name, trial)
+        assert problem.excess_and_population_loss(released) == want, (name, trial)  # what a round records
         for losses in (type(twin).losses, compiled):
             got = losses(twin, released, np.empty(DIM))
             assert np.array_equal(_bits(got), _bits(want)), (name, smoothing, trial, losses)
@@ -157,6 +158,21 @@ def test_a_finite_problem_with_losses_of_its_own_measures_them():
     assert problem.compiled_problem() is None and plain.compiled_problem() is not None
     assert problem.population_loss(theta) == 2.0 * plain.population_loss(theta)
     assert problem.excess_loss(theta) == 2.0 * plain.excess_loss(theta) > 0.0
+    assert problem.excess_and_population_loss(theta) == (problem.excess_loss(theta), problem.population_loss(theta))
+
+
+def test_a_subclass_that_measures_one_loss_of_its_own_records_it():
+    """A round records both losses in one call: a subclass overriding one of them gets its own."""
+    from pipeline.problems.quadratic import Quadratic
+
+    class Shifted(Quadratic):
+        def population_loss(self, theta):
+            return Quadratic.population_loss(self, theta) + 1.0
+
+    problem, plain = Shifted(DIM, 1.0), Quadratic(DIM, 1.0)
+    theta = np.linspace(-0.5, 0.5, DIM)
+    excess, population = problem.excess_and_population_loss(theta)
+    assert (excess, population) == (plain.excess_loss(theta), plain.population_loss(theta) + 1.0)
 
 
 def test_every_built_in_twin_is_the_problems_one_definition():

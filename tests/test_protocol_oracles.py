@@ -100,6 +100,55 @@ def test_sum_blocks_are_the_oracles(name, sampling):
         assert ours.random() == theirs.random()
 
 
+@pytest.mark.parametrize("accounting, users, dim", [("paper", 600, 3), ("tight", 5000, 1), ("tight", 77, 17)])
+def test_the_pvec_analyzer_is_the_oracles_on_both_paths(accounting, users, dim):
+    """finish then decode (the Python rounds), and the compiled twin's analyze (the fused rounds),
+    give the oracle's estimate bit for bit, on partials far below, at and far above the noise's
+    mean; literal mode's count_messages centres as finish does."""
+    from pipeline import compiled
+
+    protocol = build_protocol("cjmp_vec", accounting)
+    params = cjmp.plan(accounting, users, dim, 1.0, 1e-6, 1.5)
+    encoding = protocol.fused_encoding(params)
+    analyze = compiled.compiled_function(type(encoding).analyze)
+    rng = np.random.default_rng(users)
+    for floor_total in (0, encoding.whole, 3 * encoding.whole + 5):
+        ones_above_floor = rng.integers(-users * params.g, users * params.g, dim) + (encoding.whole - floor_total)
+        total = cjmp.PartialCounts(users, ones_above_floor, floor_total)
+        want = oracle.pvec_analyze(params, total).view(np.uint64)
+        assert np.array_equal(protocol.decode(params, protocol.finish(params, total)).view(np.uint64), want)
+        work, estimate = encoding.work(dim, 1), np.empty(dim)
+        work[3][:] = ones_above_floor + floor_total
+        assert analyze(encoding, work, 0, np.zeros(compiled.STATE_WORDS, np.uint64), estimate)
+        assert np.array_equal(estimate.view(np.uint64), want) and not work[3].any()
+    counts = rng.integers(0, 50, dim)  # literal messages carrying so many ones, and as many zeros
+    labels = np.repeat(np.arange(dim, dtype=np.int32), 2 * counts)
+    bits = np.concatenate([np.repeat([1, 0], (count, count)) for count in counts]).astype(np.uint8)
+    order = rng.permutation(labels.size)
+    assert np.array_equal(protocol.decode(params, protocol.count_messages(params, labels[order], bits[order])),
+                          oracle.pvec_analyze(params, cjmp.PartialCounts(users, counts, 0)))
+
+
+@pytest.mark.parametrize("name", ["none", "central_gaussian", "shuffle_gaussian", "local_l2", "report_noisy_max"])
+def test_sum_finish_is_the_oracles(name):
+    """Each sum protocol's finish (the compiled twin's analyze, what the fused rounds inline) gives
+    the oracle's released total, the curator's noise drawn as numpy draws it on the same stream;
+    a protocol without it leaves the stream untouched."""
+    protocol = build_protocol(name, "tight")
+    plan = RoundPlan(0, 0, 700, 1.0, 1e-6, 1.5, GRADIENTS, noise_std=0.7 if name == "report_noisy_max" else 0.0)
+    params = protocol.plan(plan, 5)
+    units = np.random.default_rng(1).integers(-2**61, 2**61, 5)
+    total = oracle.FixedPointSum(700, units)
+    for round_index in range(3):
+        ours, theirs = stream(0, 5, round_index), stream(0, 5, round_index)
+        released = protocol.finish(params, total, ours)
+        want = oracle.sum_finish(protocol.noise, params, total, theirs)
+        assert released.users == 700 and np.array_equal(released.total.view(np.uint64), want.view(np.uint64)), name
+        assert ours.random() == theirs.random()
+        assert np.array_equal(total.units, units)  # the partial is not changed
+    assert (protocol.noise == "central") == (name == "central_gaussian")
+
+
 def test_a_sum_outside_the_fixed_point_range_is_refused():
     protocol = build_protocol("none")
     params = dataclasses.replace(protocol.plan(RoundPlan(0, 0, 4, 1.0, 1e-6, 1.0, GRADIENTS), 2), quantum=1e-300)

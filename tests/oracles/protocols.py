@@ -4,6 +4,9 @@ bit (tests/test_protocol_oracles.py) against the package's encode_block, which r
 functions the fused rounds inline, on the same Philox stream."""
 from __future__ import annotations
 
+import fractions
+import math
+
 import numpy as np
 
 from pipeline.numerics import column_dots, column_norms
@@ -41,6 +44,23 @@ def pvec_encode_block(params: PvecParams, chunks, rng: np.random.Generator) -> P
         users += chunk.shape[1]
     noise, floor_total = binomial_above_floor(rng, users * params.b_noise, params.p, params.dim)
     return PartialCounts(users, rounded + noise, floor_total)
+
+
+def pvec_analyze(params: PvecParams, total: PartialCounts) -> np.ndarray:
+    """Analyzer A_vec on a call's merged partial (Algorithm 2): #ones − n·b_noise·p per coordinate,
+    the mean n·b_noise·p taken exactly as a Fraction (its integer part subtracted in int64, the
+    rest in float64), times Δ/g, minus n·Δ₂."""
+    exact = fractions.Fraction(params.p) * (total.users * params.b_noise)
+    whole = math.floor(exact)
+    centred = (total.ones_above_floor + (total.floor_total - whole)).astype(np.float64) - float(exact - whole)
+    return (params.value_range / params.g) * centred - params.users * params.norm_bound
+
+
+def sum_finish(noise: str | None, params: SumParams, total: FixedPointSum, rng: np.random.Generator) -> np.ndarray:
+    """A sum protocol's released total: its units times the quantum, plus the curator's N(0, σ²I)
+    (noise "central"), numpy's draw."""
+    released = total.units.astype(np.float64) * params.quantum
+    return released + params.sigma * rng.standard_normal(params.dim) if noise == "central" else released
 
 
 def clip_l2(inputs: np.ndarray, radius: float) -> np.ndarray:
