@@ -71,11 +71,16 @@ def run_figure(title: str, rounds: np.ndarray, excess_loss: np.ndarray, epsilon_
 
 def _plain_log_ticks(axis) -> None:
     """A log axis's ticks labelled in plain text (1e-03, 10, 100), not in mathtext (10⁻³, parsed
-    label by label: a quarter of a figure's time), minor ones only on an axis spanning few decades,
-    as matplotlib's default. A linear axis is left as is."""
+    label by label: a quarter of a figure's time), and minor ticks only on an axis spanning less
+    than a decade, where they carry the labels (matplotlib's default draws eight a decade, each an
+    object of its own: half of a figure's time). A linear axis is left as is."""
     from matplotlib import ticker
 
     if axis.get_scale() != "log":
         return
     axis.set_major_formatter(ticker.LogFormatter())
-    axis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False))
+    low, high = sorted(axis.get_view_interval())
+    if high >= 10.0 * low:
+        axis.set_minor_locator(ticker.NullLocator())
+    else:
+        axis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False))
