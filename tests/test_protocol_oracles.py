@@ -13,6 +13,7 @@ from oracles import protocols as oracle
 from pipeline.engine.layout import stream
 from pipeline.protocols import build_protocol, cjmp
 from pipeline.protocols.base import GRADIENTS, RoundPlan
+from pipeline.protocols.sums import SumProtocol
 
 
 def _inputs(dim: int, users: int, norm_bound: float, seed: int) -> np.ndarray:
@@ -147,6 +148,10 @@ def test_sum_finish_is_the_oracles(name):
         assert ours.random() == theirs.random()
         assert np.array_equal(total.units, units)  # the partial is not changed
     assert (protocol.noise == "central") == (name == "central_gaussian")
+    # The base's finish is the exact total, whatever the subclass's noise: what a plug-in that adds
+    # noise of its own calls (experiments/plugins/under_noised.py).
+    exact = SumProtocol.finish(protocol, params, total, stream(0, 5, 9))
+    assert np.array_equal(exact.total.view(np.uint64), oracle.sum_finish(None, params, total, None).view(np.uint64))
 
 
 def test_a_sum_outside_the_fixed_point_range_is_refused():

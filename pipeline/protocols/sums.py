@@ -339,15 +339,20 @@ class SumProtocol(Protocol):
         return FixedPointSum(users, work[2].copy())
 
     def finish(self, params: SumParams, total: FixedPointSum, rng: np.random.Generator) -> ReleasedSum:
-        """The analyzer's statistic: the exact total, plus the curator's noise if the protocol adds it,
-        by the compiled twin's `analyze` (the function the fused rounds inline), the noise drawn
-        from `rng`'s stream (draws.drawn_in_compiled_code; `rng` is not drawn from without it)."""
+        """The analyzer's statistic: the exact total (CentralGaussian adds the curator's noise)."""
+        return self._released(params, total, rng, central_noise=False)
+
+    def _released(self, params: SumParams, total: FixedPointSum, rng: np.random.Generator,
+                  central_noise: bool) -> ReleasedSum:
+        """The total units·quantum, plus the curator's N(0, σ²I) if `central_noise`, by the compiled
+        twin's `analyze` (the function the fused rounds inline), the noise drawn from `rng`'s
+        stream (draws.drawn_in_compiled_code; `rng` is not drawn from without it)."""
         from pipeline import compiled  # numba loads at the first call, not at import
 
-        twin = self._twin(params)
+        twin = self._twin(params)._replace(central_noise=central_noise)
         work, estimate = twin.work(params.dim, 0), np.empty(params.dim)
         work[2][:] = total.units
-        handed = (draws.drawn_in_compiled_code(rng) if twin.central_noise
+        handed = (draws.drawn_in_compiled_code(rng) if central_noise
                   else contextlib.nullcontext(np.zeros(compiled.STATE_WORDS, np.uint64)))  # no draw taken
         with handed as state:
             compiled.compiled_function(FusedSum.analyze)(twin, work, 0, state, estimate)
@@ -416,6 +421,10 @@ class CentralGaussian(SumProtocol):
                                                          params.sigma)
         return privacy.events.GaussianSumDpEvent(params.users, params.population, params.dim, params.sensitivity,
                                                  params.sigma)
+
+    def finish(self, params: SumParams, total: FixedPointSum, rng: np.random.Generator) -> ReleasedSum:
+        """The exact total plus the curator's N(0, σ²I), drawn from `rng` (the round's noise stream)."""
+        return self._released(params, total, rng, central_noise=True)
 
     def released_count(self, params: SumParams, statistic: ReleasedSum) -> float:
         return params.rate * params.population if params.sampling == POISSON else params.users
