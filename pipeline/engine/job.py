@@ -66,8 +66,9 @@ class RunJob:
         """The held-out records (a dataset's test rows) in blocks: shards measure them block by block."""
         return BlockLayout(self.problem.heldout_users, self.block_size)
 
-    @property
+    @functools.cached_property
     def layout(self) -> BlockLayout:
+        """The users in blocks (made once: every round asks for it)."""
         return BlockLayout(self.n_users, self.block_size)
 
 
