@@ -308,7 +308,8 @@ def encode_block(params: PvecParams, chunks: Iterable[np.ndarray], rng: np.rando
     Each chunk's rounded sum is rounded_chunk, compiled (the compiled rounds inline the same
     function), drawing from `rng`'s stream; the sum over the block's users of independent
     Binomial(b_noise, p) noise counts is then one Binomial(users·b_noise, p) per coordinate
-    (DESIGN §4), numpy's draw on the same stream.
+    (DESIGN §4), on the same stream: the compiled twin's finish_block (the fused rounds' draw),
+    or beyond one draw's trials binomial_above_floor's exact chunks in numpy.
 
     Args:
       params: the call's parameters.
@@ -335,10 +336,16 @@ def encode_block(params: PvecParams, chunks: Iterable[np.ndarray], rng: np.rando
             rounded_sum(*constants, work, np.ascontiguousarray(chunk, np.float64).reshape(-1), column_norms(chunk),
                         dim, count, state)
             users += count
-    rounded = work[3].copy()
+        one_draw = users * params.b_noise <= MAX_TRIALS_PER_DRAW
+        if one_draw:
+            encoding = twin(params)
+            compiled.compiled_function(FusedEncoding.finish_block)(encoding, work, users, state)
+    ones = work[3].copy()
     work[3][:] = 0
+    if one_draw:
+        return encoding.block_partial(users, ones)
     noise, floor_total = binomial_above_floor(rng, users * params.b_noise, params.p, params.dim)
-    return PartialCounts(users, rounded + noise, floor_total)
+    return PartialCounts(users, ones + noise, floor_total)
 
 
 def finish(params: PvecParams, total: PartialCounts) -> ShuffledCounts:
@@ -608,9 +615,16 @@ class FusedEncoding(NamedTuple):
 
     def block_partial(self, users: int, ones: np.ndarray) -> PartialCounts:
         """A block's partial from its users' rounded sum plus one Binomial(users·b_noise, p)
-        draw per coordinate, `ones` (encode_block's, when binomial_above_floor takes one draw)."""
+        draw per coordinate, `ones` (encode_block's, whenever one draw takes its trials)."""
         whole, _ = split_mean(users * self.b_noise, self.p)
         return PartialCounts(users, ones - whole, whole)
+
+
+def twin(params: PvecParams) -> FusedEncoding:
+    """The call's compiled twin, without the fused rounds' refusals (CjmpVec.fused_encoding)."""
+    whole, fraction = split_mean(params.users * params.b_noise, params.p)
+    return FusedEncoding(*rounding_constants(params), params.b_noise, params.p, whole, fraction,
+                         params.value_range / params.g, params.users * params.norm_bound)
 
 
 # What the compiled twin reproduces: a subclass overriding one of these keeps the Python path.
@@ -697,9 +711,7 @@ class CjmpVec(Protocol):
         trials = params.users * params.b_noise
         if params.g > MAX_PRECISION or params.honest_users is not None or trials > MAX_TRIALS_PER_DRAW:
             return None
-        whole, fraction = split_mean(trials, params.p)
-        return FusedEncoding(*rounding_constants(params), params.b_noise, params.p, whole, fraction,
-                             params.value_range / params.g, params.users * params.norm_bound)
+        return twin(params)
 
     def check_call(self, params: PvecParams, literal: bool) -> None:
         """Refuses a precision beyond the exact sampler and literal calls too large to materialize."""
