@@ -752,12 +752,14 @@ def _encode_block(encoding, work, problem, query, data, first, stop, chunk, stat
 
 
 def _round_loop(query_stage, step_stage, release_stage):
-    """A window of sequential rounds (Shard.python_rounds) whose protocol is its fused encoding's
+    """A window of carried rounds (Shard.python_rounds) whose protocol is its fused encoding's
     functions (Protocol.fused_encoding: work, encode, finish_block, analyze), whose problem is
     its compiled twin (problem_gradients, problem_losses) and whose optimizer's round is its three
     stages (Optimizer.compiled_update).
 
-    Per round: the query (query_stage); each block's part of the batch encoded from the stream
+    Per round: the query (query_stage); each block's part of the batch (`batch` users from
+    first_user + round·stride: consecutive batches, or with stride 0 the same users every round)
+    encoded from the stream
     (ROUND_STREAM, round, block) (`counter`: that stream's first counter, any round and block)
     by _encode_block, False on a non-finite value; the analyzer's estimate of the sum from the
     stream (NOISE_STREAM, round) (`noise_counter`: its first counter, any round; a curator's noise
@@ -772,7 +774,7 @@ def _round_loop(query_stage, step_stage, release_stage):
 
     @njit(nogil=True)  # nogil: the next block's users are drawn meanwhile (fused.FusedRounds)
     def rounds(theta, extra, steps, data, data_first, key, counter, noise_counter, state, start, count, first_user,
-               batch, block_size, chunk, encoding, constants, radius, problem, excess, population):
+               batch, stride, block_size, chunk, encoding, constants, radius, problem, excess, population):
         dim = theta.size
         work = protocol_work(encoding, dim, chunk)
         gradients, norms = np.empty(dim * chunk), np.empty(chunk)
@@ -782,7 +784,7 @@ def _round_loop(query_stage, step_stage, release_stage):
         for done in range(count):
             round_index = start + done
             query_stage(constants, theta, extra, steps, query)
-            user = first_user + done * batch
+            user = first_user + done * stride
             stop_user = user + batch
             while user < stop_user:
                 segment_stop = _segment(user, stop_user, block_size, round_index, key, counter, state)

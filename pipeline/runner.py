@@ -192,7 +192,12 @@ def _compile_first(todo: list[PlannedRun], say: Callable[[str], None]) -> None:
         "on 2 cores")
     began = time.perf_counter()
     for config in (item.config for item in needing.values()):
-        small = RunConfig({**config.values, "n_users": WARM_USERS, "execution.backend": "local", "execution.shards": 1},
+        # As many shards as the run, up to two (blocks of half the users): a fully interactive run on one
+        # shard carries its rounds in the round kernel, on several it sends blocks' partials (block kernels).
+        sharded = config.values.get("execution.shards", 1) != 1
+        small = RunConfig({**config.values, "n_users": WARM_USERS, "execution.backend": "local",
+                           "execution.shards": 2 if sharded else 1,
+                           "execution.block_size": WARM_USERS // 2 if sharded else config.values["execution.block_size"]},
                           config.seed)
         with contextlib.suppress(Exception):
             engine.execute(planning.plan_run(small).job, "local", 1)

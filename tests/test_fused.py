@@ -364,6 +364,17 @@ CASES = {
                                     protocol="central_gaussian", seed=10),
     "elastic, seq_phased, girgis_linf": dict(n_users=6_000, dim=5, block_size=512, problem="elastic",
                                               name="seq_phased", protocol="girgis_linf", accounting="paper", seed=6),
+    # Fully interactive rounds on one shard (every user every round, held for the run): carried in one
+    # kernel call (stride 0), each round's blocks encoded from their own streams, then analyzed.
+    "full_gd (P_vec), blocks of 256": dict(n_users=3_000, dim=3, block_size=256, name="full_gd", rounds=12),
+    "full_gd, central_gaussian": dict(n_users=2_000, dim=10, block_size=512, name="full_gd", rounds=12,
+                                      protocol="central_gaussian", seed=11),
+    "full_gd, local_l2, absolute": dict(n_users=2_000, dim=3, block_size=100, name="full_gd", rounds=10,
+                                        protocol="local_l2", problem="absolute", seed=12),
+    "full_gd, girgis_l2, elastic": dict(n_users=1_500, dim=5, block_size=512, name="full_gd", rounds=10,
+                                        protocol="girgis_l2", problem="elastic", seed=13),
+    "full_phased (shuffle_gaussian)": dict(n_users=3_000, dim=3, block_size=256, name="full_phased",
+                                           protocol="shuffle_gaussian", seed=14),
 }
 
 
@@ -506,8 +517,8 @@ def test_a_subclass_that_overrides_nothing_the_twin_reproduces_inherits_it_bit_f
 
 @pytest.mark.parametrize("change", [
     {"privacy": {"epsilon": 1.0, "delta": 1e-6, "honest_fraction": 0.9}},
-    {"optimizer": {"name": "full_gd", "rounds": 3}},
-    {"optimizer": {"name": "full_phased"}},
+    {"optimizer": {"name": "dp_sgd", "batch_size": 100, "rounds": 3},  # Poisson-sampled rounds
+     "privacy": {"protocol": "central_gaussian", "epsilon": 1.0, "delta": 1e-6}},
     {"optimizer": {"name": "seq_agd_smoothed"}},  # the quadratic's envelope has no twin
     {"execution": {"backend": "local", "shards": 1, "block_size": 256, "simulation": "literal"}},
     {"problem": {"name": "logistic", "dim": 3}},  # numpy's SIMD exp and log are not libm's

@@ -24,8 +24,8 @@ JOBS = (
     ("quadratic", "seq_agd", "cjmp_vec", "tight"),            # rounds_pvec, AC-SA stages
     ("quadratic", "seq_agd", "shuffle_gaussian", "tight"),    # rounds_sum, AC-SA stages
     ("quadratic", "pnsgd", "central_gaussian", "tight"),      # rounds_sum, last-iterate stages
-    ("quadratic", "full_gd", "cjmp_vec", "tight"),            # blocks_pvec
-    ("quadratic", "full_gd", "local_l2", "tight"),            # blocks_sum
+    ("quadratic", "full_gd", "cjmp_vec", "tight"),            # blocks_pvec on two shards, rounds_pvec on one
+    ("quadratic", "full_gd", "local_l2", "tight"),            # blocks_sum on two shards, rounds_sum on one
     ("quadratic", "seq_sgd", "cjmp_vec", "paper"),
     ("absolute", "seq_sgd", "cjmp_vec", "tight"),             # the finite twins' draw
     ("bernoulli", "seq_sgd", "cjmp_vec", "tight"),            # Bernoulli's twin's draw
@@ -79,13 +79,17 @@ def warm(part: int, parts: int) -> None:
     for functions in FUNCTIONS[part::parts]:
         functions()
     for problem, optimizer, protocol, accounting in JOBS[part::parts]:
+        interactive = optimizer == "full_gd"
         tree = {"experiment": "warm", "problem": {"name": problem, "dim": 3, "radius": 1.0}, "n_users": 600,
-                "optimizer": {"name": optimizer, **({"rounds": 2} if optimizer == "full_gd" else {})},
+                "optimizer": {"name": optimizer, **({"rounds": 2} if interactive else {})},
                 "privacy": {"epsilon": 1.0, "delta": 1e-6, "protocol": protocol, "accounting": accounting},
-                "seeds": [0], "execution": {"backend": "local", "shards": 1}}
+                "seeds": [0], "execution": {"backend": "local", "shards": 1, "block_size": 300}}
         (run,) = config.expand(tree)
         job = planning.plan_run(run).job
-        engine.execute(job, "local", 1)
+        # A fully interactive run carries its rounds in a round kernel where one shard holds every
+        # user, and sends its blocks' partials (block kernels) from several.
+        for shards in (1, 2) if interactive else (1,):
+            engine.execute(job, "local", shards)
 
 
 if __name__ == "__main__":

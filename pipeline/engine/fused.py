@@ -43,14 +43,17 @@ from pipeline.twins import stage_key
 # What a group must leave at its defaults to be fused: every user of a contiguous batch
 # sends one gradient, with no sampling, dropouts or records (a phase's smoothing is its problem's).
 _PLAIN = RoundGroup(rounds=1, users=1, first_user=0, user_stride=1, epsilon=1.0, delta=0.0, norm_bound=1.0)
-# (A fixed noise, pan_agd's, is the protocol's σ: its fused constants carry it.)
-_PLAIN_FIELDS = ("folds", "sampling", "sample_size", "rate", "noisy_max", "honest_fraction",
+# (A fixed noise, pan_agd's, is the protocol's σ, and the calls' folds (tight P_GD's budget split)
+# are the protocol's plan: the call's fused constants carry both.)
+_PLAIN_FIELDS = ("sampling", "sample_size", "rate", "noisy_max", "honest_fraction",
                  "records_per_round", "per_record", "records_min")
 
 
 def _plain(group: RoundGroup) -> bool:
-    return group.user_stride == group.users and all(getattr(group, name) == getattr(_PLAIN, name)
-                                                    for name in _PLAIN_FIELDS)
+    """Consecutive batches (sequential) or the same users every round (fully interactive, the
+    shard holding them), each round's users all sending, one record each."""
+    return group.user_stride in (group.users, 0) and all(getattr(group, name) == getattr(_PLAIN, name)
+                                                          for name in _PLAIN_FIELDS)
 
 
 def fusable(job: Any) -> bool:
@@ -58,15 +61,16 @@ def fusable(job: Any) -> bool:
     states a compiled update (Optimizer.compiled_update: P_SGD's averaged projected steps, AC-SA's,
     PNSGD's last iterate; seq_phased's phases in turn), every group's problem a compiled twin
     (Problem.compiled_problem, the group's smoothing applied), the protocol a `fused_encoding` for
-    every group's call (P_vec, a sum protocol or Girgis's, in exact mode), users drawn per block,
-    and plain sequential groups.
+    every group's call (P_vec, a sum protocol or Girgis's, in exact mode), synthetic users with
+    one record each (drawn per block, or held for a fully interactive run), and plain groups
+    (`_plain`: sequential batches, or every user every round, as full_gd's on one shard).
 
     Args:
       job: the RunJob.
     """
     if not all(optimizer.compiled_update() for optimizer in job.optimizer.steppers()):
         return False
-    if job.simulation != "exact" or not drawn_per_block(job):
+    if job.simulation != "exact" or job.problem.reads_rows or not job.records.one_each:
         return False
     schedule = job.schedule
     plain = all(_plain(group) and gradient_problem(job.problem, group.smoothing).compiled_problem() is not None
@@ -99,18 +103,21 @@ def _cache_folder() -> Path:
 def kernels_cached(jobs: tuple = ()) -> bool:
     """Whether numba's cache holds kernels of the current compiled.py (an index file newer than
     it: an edit, or a fresh install, makes numba compile again, about 15 s of a core), the round
-    kernel of every (protocol, optimizer's stages, problem's twin) the fusable `jobs` run and the
-    draw of every twin they draw users with (each compiles on its first use, 1-10 s: a marker
+    kernel of every (protocol, optimizer's stages, problem's twin) the fusable `jobs` drawing their
+    users per block run and the draw of every twin they draw users with (each compiles on its first use, 1-10 s: a marker
     written once it has run, `_mark_built`). File checks: numba is not loaded."""
     folder = _cache_folder()
     source = _COMPILED.stat().st_mtime
     if not any(index.stat().st_mtime > source for index in folder.rglob("compiled.*.nbi")):
         return False
+    # A fully interactive run's round kernel runs only where one shard holds every user: it compiles
+    # at its first use, as the block kernels do.
+    drawn = tuple(job for job in jobs if fusable(job) and drawn_per_block(job))
     keys = {stage_key("rounds", kernel_functions(_encoding(job, first), optimizer.compiled_update(),
                                                  gradient_problem(job.problem, group.smoothing).compiled_problem()))
-            for job in jobs if fusable(job) for first, group in zip(job.schedule.group_starts, job.schedule.groups)
+            for job in drawn for first, group in zip(job.schedule.group_starts, job.schedule.groups)
             for optimizer in job.optimizer.steppers()}
-    keys |= {draw_key(job.problem.unsmoothed.compiled_problem()) for job in jobs if fusable(job)}
+    keys |= {draw_key(job.problem.unsmoothed.compiled_problem()) for job in drawn}
     return all(_marker(key).exists() and _marker(key).stat().st_mtime > source for key in keys)
 
 
@@ -280,7 +287,8 @@ class FusedRounds:
 
     def run(self, state: tuple, start: int, stop: int) -> tuple[tuple, RoundRecords]:
         """Rounds [start, stop), as Shard.python_rounds, window by window: the rounds that
-        start in one block (their users end at most one block further on).
+        start in one block (their users end at most one block further on), or a group's rounds
+        over the users the shard holds.
 
         Raises:
           NonFiniteError: as the Python path (which runs the failing round to say it).
@@ -291,13 +299,17 @@ class FusedRounds:
         round_index = start
         while round_index < stop:
             group, group_start = schedule.group_of(round_index)
-            batch = group.users
-            first_user = group.first_user + (round_index - group_start) * batch
-            block_stop = (first_user // job.block_size + 1) * job.block_size
-            end = min(stop, group_start + group.rounds, round_index + -(-(block_stop - first_user) // batch))
-            last_user = group.first_user + group.rounds * batch  # the group's, past this trip's
+            batch, stride = group.users, group.user_stride
+            first_user = group.first_user + (round_index - group_start) * stride
             began = time.perf_counter()  # the wait for the users' draw counts in the rounds' time
-            data, data_first = self._window(first_user, first_user + (end - round_index) * batch, last_user)
+            if self._shard.data is not None:  # held for the run (the same users every round): the group's rounds
+                end = min(stop, group_start + group.rounds)
+                data, data_first = self._shard.data, self._shard.first_user
+            else:  # the rounds that start in one block, their users drawn
+                block_stop = (first_user // job.block_size + 1) * job.block_size
+                end = min(stop, group_start + group.rounds, round_index + -(-(block_stop - first_user) // batch))
+                last_user = group.first_user + group.rounds * batch  # the group's, past this trip's
+                data, data_first = self._window(first_user, first_user + (end - round_index) * batch, last_user)
             optimizer, running = job.optimizer.stepping(state)  # a window's rounds are in one group: one phase
             update, params, encoding, twin, kernel, key = self._call(round_index, group_start, group, optimizer)
             theta, steps = running[0].copy(), np.array([running[-1]], np.int64)
@@ -305,14 +317,14 @@ class FusedRounds:
             extra = np.array(running[1:1 + update.vectors], np.float64).reshape(update.vectors, problem.dim)
             excess, population = np.empty(end - round_index), np.empty(end - round_index)
             window = (theta, extra, steps, data, data_first, self._key, self._counter)
-            rounds = (round_index, end - round_index, first_user, batch, job.block_size, self._chunk)
+            rounds = (round_index, end - round_index, first_user, batch, stride, job.block_size, self._chunk)
             step = (tuple(map(float, update.constants)), self._radius, twin, excess, population)
             done = kernel(*window, self._noise_counter, self._generator, *rounds, encoding, *step)
             _mark_built(key)
             running = type(running)(theta, *extra, int(steps[0]))
             state = job.optimizer.advanced(state, running, done)
             seconds = (time.perf_counter() - began) / max(done, 1)
-            firsts = np.arange(first_user, first_user + done * batch, batch, dtype=np.int64)
+            firsts = first_user + np.arange(done, dtype=np.int64) * stride
             records.extend(RoundRecords.from_columns(
                 params, round=np.arange(round_index, round_index + done), first_user=firsts, stop_user=firsts + batch,
                 users=np.full(done, batch), excess_loss=excess[:done], population_loss=population[:done],
