@@ -194,13 +194,12 @@ def _compile_first(todo: list[PlannedRun], say: Callable[[str], None]) -> None:
     for config in (item.config for item in needing.values()):
         # As many shards as the run, up to two (blocks of half the users): a fully interactive run on one
         # shard carries its rounds in the round kernel, on several it sends blocks' partials (block kernels).
-        sharded = config.values.get("execution.shards", 1) != 1
+        shards = 1 if config.values.get("execution.shards", 1) == 1 else 2
+        block_size = config.values["execution.block_size"] if shards == 1 else WARM_USERS // shards
         small = RunConfig({**config.values, "n_users": WARM_USERS, "execution.backend": "local",
-                           "execution.shards": 2 if sharded else 1,
-                           "execution.block_size": WARM_USERS // 2 if sharded else config.values["execution.block_size"]},
-                          config.seed)
+                           "execution.shards": shards, "execution.block_size": block_size}, config.seed)
         with contextlib.suppress(Exception):
-            engine.execute(planning.plan_run(small).job, "local", 1)
+            engine.execute(planning.plan_run(small).job, "local", shards)
     say(f"kernels compiled in {time.perf_counter() - began:.0f} s")
 
 

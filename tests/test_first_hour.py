@@ -9,6 +9,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = """\
 experiment: first-hour
@@ -67,30 +69,35 @@ def test_a_local_ray_that_cannot_start_is_one_line_naming_both_ways_out(tmp_path
     assert not (tmp_path / "out").exists() and not (tmp_path / "mlflow.db").exists()
 
 
-def _planned_grid():
+def _planned_grid(execution: dict | None = None):
     from pipeline import config
     from pipeline.planning import plan_run
 
     tree = {"experiment": "first-hour", "problem": {"name": "quadratic", "dim": 3, "radius": 1.0}, "n_users": 4000,
             "optimizer": {"name": "seq_sgd"}, "privacy": {"epsilon": 2.0, "delta": 1e-5},
-            "execution": {"backend": "local"}, "seeds": [0, 1],
+            "execution": {"backend": "local", **(execution or {})}, "seeds": [0, 1],
             "grid": {"privacy.epsilon": [1.0, 8.0], "privacy.accounting": ["paper", "tight"]}}
     return [plan_run(run) for run in config.expand(tree)]
 
 
-def test_a_cold_kernel_cache_is_announced_and_compiled_once_per_kind_of_run_before_the_grid(monkeypatch):
+@pytest.mark.parametrize("shards, warm_shards, warm_block", [(1, 1, 4096), (4, 2, 300)])
+def test_a_cold_kernel_cache_is_announced_and_compiled_once_per_kind_of_run_before_the_grid(monkeypatch, shards,
+                                                                                          warm_shards, warm_block):
+    """Each kind of run is warmed by a small local run on as many shards as it has, up to two (blocks
+    of half its users): a fully interactive run's kernels differ on one shard and on several."""
     from pipeline import engine, runner
 
-    planned = _planned_grid()
+    planned = _planned_grid({"shards": shards})
     calls, said = [], []
     monkeypatch.setattr(engine, "kernels_cached", lambda jobs=(): False)
-    monkeypatch.setattr(engine, "execute", lambda job, backend, shards: calls.append((job.n_users, backend, shards)))
+    monkeypatch.setattr(engine, "execute",
+                        lambda job, backend, shards: calls.append((job.n_users, job.block_size, backend, shards)))
     runner._compile_first(planned, said.append)
     assert said[0] == ("compiling the fused rounds' kernels: once per install and optimizer (numba caches them), "
                        "about 15 s on 2 cores")
     assert said[1].startswith("kernels compiled in ")
     # 8 runs, 2 kinds (paper and tight accounting: their calls' constants differ in type)
-    assert calls == [(runner.WARM_USERS, "local", 1)] * 2
+    assert calls == [(runner.WARM_USERS, warm_block, "local", warm_shards)] * 2
 
 
 def test_a_warm_kernel_cache_is_silent(monkeypatch):

@@ -103,9 +103,10 @@ def _cache_folder() -> Path:
 def kernels_cached(jobs: tuple = ()) -> bool:
     """Whether numba's cache holds kernels of the current compiled.py (an index file newer than
     it: an edit, or a fresh install, makes numba compile again, about 15 s of a core), the round
-    kernel of every (protocol, optimizer's stages, problem's twin) the fusable `jobs` drawing their
-    users per block run and the draw of every twin they draw users with (each compiles on its first use, 1-10 s: a marker
-    written once it has run, `_mark_built`). File checks: numba is not loaded."""
+    kernel of every (protocol, optimizer's stages, problem's twin) that the fusable `jobs` drawing
+    their users per block run, and the draw of every twin they draw users with (each compiles on
+    its first use, 1-10 s: a marker written once it has run, `_mark_built`). File checks: numba
+    is not loaded."""
     folder = _cache_folder()
     source = _COMPILED.stat().st_mtime
     if not any(index.stat().st_mtime > source for index in folder.rglob("compiled.*.nbi")):
