@@ -194,7 +194,7 @@ def _compile_first(todo: list[PlannedRun], say: Callable[[str], None]) -> None:
     for config in (item.config for item in needing.values()):
         # As many shards as the run, up to two (blocks of half the users): a fully interactive run on one
         # shard carries its rounds in the round kernel, on several it sends blocks' partials (block kernels).
-        shards = 1 if config.values.get("execution.shards", 1) == 1 else 2
+        shards = 1 if config.values["execution.shards"] == 1 else 2
         block_size = config.values["execution.block_size"] if shards == 1 else WARM_USERS // shards
         small = RunConfig({**config.values, "n_users": WARM_USERS, "execution.backend": "local",
                            "execution.shards": shards, "execution.block_size": block_size}, config.seed)
