@@ -5,7 +5,15 @@ from pathlib import Path
 
 from bench.timing import best_times, full_gd_tree, planned_run, sized
 from pipeline.engine.fused import FusedRounds
+from pipeline.engine.layout import DATA_STREAM, stream
 from pipeline.engine.shard import Shard
+
+
+def numpy_normals(job, block: int):
+    """numpy's standard_normal of a block's users' normals, on the block's stream: the draw the
+    problems' compiled draws replaced, the reference of `numpy_draw_vs_compiled`."""
+    first, stop = job.layout.block_users(block)
+    return stream(job.seed, DATA_STREAM, block).standard_normal((job.problem.dim, stop - first))
 
 DIM = 10
 # The fused runs timed, by the prefix of their metrics: (optimizer, protocol; None: the default,
@@ -40,9 +48,9 @@ def run(size: str = "quick") -> dict[str, float]:
 
     Returns:
       name → value: µs per round each way, their ratio, and (seq_sgd) the time drawing the
-      same users alone over the fused rounds' (the fused path's draw, compiled_normals:
-      near 1 the rounds wait for the draws, which a thread makes while the kernel runs) and
-      the Python path's draw (numpy's standard_normal) over the fused path's.
+      same users alone over the fused rounds' (the twin's draw: near 1 the rounds wait for
+      the draws, which a thread makes while the kernel runs) and numpy's standard_normal of
+      the same users' normals over that draw.
     """
     results = {}
     for prefix, (name, protocol, problem) in RUNS.items():
@@ -65,7 +73,7 @@ def run(size: str = "quick") -> dict[str, float]:
         if prefix == "seq":
             fused_draw = FusedRounds(shard).draw_block
             timed["draw"] = lambda: [fused_draw(block) for block in blocks]
-            timed["numpy_draw"] = lambda: [shard.draw_block(block) for block in blocks]
+            timed["numpy_draw"] = lambda: [numpy_normals(job, block) for block in blocks]
         times = best_times(timed, repeats=sized(size, 1, 3, 3))
         fused_us = times["fused"] / rounds * 1e6
         python_us = times["python"] / python_rounds * 1e6

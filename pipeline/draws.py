@@ -92,6 +92,16 @@ def fill_poisson(state: np.ndarray, mean: float, out: np.ndarray) -> None:
 
 # --- a numpy generator's stream as the kernel's state, and back -------------------------------
 
+# Raw outputs a draw takes from its stream a tape at a time: small enough to stay in the core's
+# first cache. The draws' values do not depend on it.
+TAPE_RAWS = 2048
+
+
+def tape_for(values: int) -> np.ndarray:
+    """A draw's scratch buffer of raw outputs (the `tape` above) for `values` draws: TAPE_RAWS, or fewer."""
+    return np.empty(max(1, min(TAPE_RAWS, values)), np.uint64)
+
+
 def state_words(generator: np.random.Generator) -> np.ndarray:
     """A Philox generator's state as the kernel's uint64 words (pipeline.compiled.STATE_WORDS: the
     counter, the key, the buffer of four outputs, the position in it, whether a 32-bit half waits

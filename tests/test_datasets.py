@@ -10,7 +10,6 @@ import re
 import sqlite3
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np

@@ -7,10 +7,8 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats
 
 from pipeline import cli, config, lower_bound_audit
-from pipeline.errors import ConfigError
 from pipeline.problems import lower_bounds
 from pipeline.problems.hard import HardConvex, HardStronglyConvex
 

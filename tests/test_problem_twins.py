@@ -113,14 +113,47 @@ def test_the_ball_projection_is_the_oracles():
 
 
 def test_the_quadratics_users_from_their_normals_are_the_oracles():
+    """on_sphere, what the quadratic twin's draw makes of its normals, compiled alone: a zero
+    direction's norm is read as 1, which puts the user at θ*."""
+    from pipeline.problems.quadratic import on_sphere
+
     problem = build_problem("quadratic", DIM, 2.0)
     normals = np.random.default_rng(6).standard_normal((DIM, USERS))
-    normals[:, 3] = 0.0  # a zero direction: its norm read as 1, the user at θ*
+    normals[:, 3] = 0.0
     want = oracle.from_normals(problem, normals.copy())
-    assert np.array_equal(_bits(problem.from_normals(normals)), _bits(want))
-    rng = np.random.default_rng(8)
-    assert np.array_equal(_bits(problem.sample(rng, USERS)),
-                          _bits(oracle.from_normals(problem, np.random.default_rng(8).standard_normal((DIM, USERS)))))
+    compiled.compiled_function(on_sphere)(problem.twin().optimum, problem.spread, normals)
+    assert np.array_equal(_bits(normals), _bits(want))
+
+
+# Every registered problem whose users `sample` draws in compiled code (its twin's `draw`, or
+# finite_draw), users counts around a tape of raw outputs (draws.TAPE_RAWS = 2048 values).
+DRAWN = ["quadratic", "bernoulli", "absolute", "elastic", "logistic", "l1_least_squares", "l1_least_squares_active"]
+
+
+@pytest.mark.parametrize("name", DRAWN)
+@pytest.mark.parametrize("count", [0, 1, 292, 293, 5000])
+def test_a_problems_users_are_the_oracles_and_leave_the_stream_where_numpy_does(name, count):
+    """`sample` on a Philox stream (the engine's, pipeline.engine.layout.stream) gives the numpy
+    oracle's bits, and the stream's next raw outputs are those after numpy's draw."""
+    from pipeline.engine.layout import stream
+
+    problem = build_problem(name, DIM, 1.0)
+    ours, numpys = stream(3, 1, count), stream(3, 1, count)
+    drawn = problem.sample(ours, count)
+    assert drawn.shape == (problem.data_dim, count) and drawn.flags.c_contiguous
+    assert np.array_equal(_bits(drawn), _bits(oracle.sample(problem, numpys, count)))
+    assert np.array_equal(ours.bit_generator.random_raw(4), numpys.bit_generator.random_raw(4))
+
+
+def test_every_problem_that_draws_compiled_is_a_case():
+    """A built-in problem whose `sample` is a compiled draw is in DRAWN."""
+    from pipeline.problems import PROBLEMS
+    from pipeline.problems.base import Twinned
+    from pipeline.problems.finite import FiniteBallProblem
+
+    drawing = {name for name in PROBLEMS if name != "dataset"
+               and isinstance(build_problem(name, DIM, 1.0), (Twinned, FiniteBallProblem))}
+    assert drawing == set(DRAWN)
 
 
 def test_a_problem_runs_its_twin_on_any_arrays_it_is_given():

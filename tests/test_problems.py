@@ -11,6 +11,7 @@ import pytest
 from scipy import optimize
 from scipy.special import expit
 
+from pipeline.engine.layout import stream
 from pipeline.problems import (
     PROBLEMS,
     Absolute,
@@ -110,10 +111,10 @@ def test_the_quadratics_users_are_its_formula_bit_for_bit(dim):
     """A quadratic's users are μ + (R/2)·z/‖z‖ for standard normals z (problems/quadratic.py); its
     in-place draw must give the bits of that formula with np.linalg.norm, coordinate for coordinate."""
     problem = Quadratic(dim, 1.5)
-    normals = np.random.default_rng(dim).standard_normal((dim, 5001))
+    normals = stream(dim, 0).standard_normal((dim, 5001))
     norms = np.linalg.norm(normals, axis=0)
     want = normals * (problem.spread / norms) + problem.optimum[:, None]
-    assert problem.sample(np.random.default_rng(dim), 5001).tobytes() == want.tobytes()
+    assert problem.sample(stream(dim, 0), 5001).tobytes() == want.tobytes()
 
 
 def test_sample_is_deterministic_shaped_and_bounded(problem):

@@ -12,9 +12,9 @@ bit-identical to the Python path's, on any CPU (tests/test_fused.py checks them 
 round). Anything else (a plug-in or subclass, another problem, protocol or optimizer,
 sampled users, dropouts, records) keeps the Python path: `fused_rounds` says None.
 
-The users of a block are Shard.draw_block's, bit for bit, drawn in compiled code (`draw_block`):
-numpy's own draws (standard_normal, choice) took two to three times as long, and the rounds
-waited for them.
+The users of a block are Shard.draw_block's, bit for bit: the problem's twin's `draw`, which
+its `sample` runs too, here in a kernel that releases the GIL, so that a thread draws the next
+block while the rounds run.
 
 A record's `seconds` is its window's time (the wait for its users' draw included) divided
 by its rounds (timing each round inside the compiled loop would slow it).
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.draws import state_words
+from pipeline.draws import state_words, tape_for
 from pipeline.engine.job import drawn_per_block
 from pipeline.engine.layout import DATA_STREAM, NOISE_STREAM, ROUND_STREAM, chunk_users, counter, run_key, stream
 from pipeline.engine.rounds import RoundRecords
@@ -169,29 +169,6 @@ def _mark_built(key: str) -> None:
         marker.touch()
 
 
-# Raw outputs drawn a tape at a time: small enough to stay in the core's first cache.
-TAPE_RAWS = 2048
-
-
-def compiled_normals(generator: np.random.Generator, count: int, tape: int = TAPE_RAWS) -> np.ndarray:
-    """`generator.standard_normal(count)`, bit for bit, about twice as fast: compiled.normals
-    draws the raw outputs in bulk, `tape` at a time, and makes them normals with numpy's ziggurat.
-
-    Args:
-      generator: a Philox generator, left where it was (callers discard it).
-      count: how many normals.
-      tape: raw outputs drawn at a time.
-
-    Returns:
-      The normals, a new array.
-    """
-    from pipeline import compiled
-
-    normals = np.empty(count)
-    compiled.normals(state_words(generator), normals, np.empty(max(1, min(tape, count)), np.uint64))
-    return normals
-
-
 class FusedRounds:
     """A shard's compiled rounds.
 
@@ -225,13 +202,12 @@ class FusedRounds:
         self._ahead = ThreadPoolExecutor(1, thread_name_prefix="fused-draw")
 
     def draw_block(self, block: int) -> np.ndarray:
-        """Shard.draw_block(block), bit for bit, in one compiled pass: the unsmoothed problem's
-        twin's `draw` (numpy's own draws, standard_normal and choice, took two to three times as long)."""
+        """Shard.draw_block(block), bit for bit: the unsmoothed problem's twin's `draw`, which its
+        `sample` runs too, in a kernel that releases the GIL (the next block is drawn in a thread)."""
         job = self._job
         first, stop = job.layout.block_users(block)
         users = np.empty((job.problem.dim, stop - first))
-        tape = np.empty(max(1, min(TAPE_RAWS, users.size)), np.uint64)
-        self._draw(self._twin, state_words(stream(job.seed, DATA_STREAM, block)), users, tape)
+        self._draw(self._twin, state_words(stream(job.seed, DATA_STREAM, block)), users, tape_for(users.size))
         _mark_built(self._draw_key)
         return users
 

@@ -10,6 +10,7 @@ from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
+from pipeline import draws
 from pipeline.errors import ConfigError, shown
 from pipeline.numerics import project_to_ball
 from pipeline.options import Option
@@ -39,6 +40,20 @@ def compiled_function(function):
     return compiled.compiled_function(function)
 
 
+def drawn_users(draw, constants: tuple, rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    """Users drawn by a compiled twin's draw, `draw(*constants, state, out, tape)` (pipeline.draws),
+    compiled alone, from `rng`'s stream (draws.drawn_in_compiled_code: a Philox generator gives
+    numpy's draws, the generator left where numpy's would be; another seeds a stream of its own).
+
+    Returns:
+      A new float64 array of `shape`.
+    """
+    users = np.empty(shape)
+    with draws.drawn_in_compiled_code(rng) as state:
+        compiled_function(draw)(*constants, state, users, draws.tape_for(users.size))
+    return users
+
+
 def _floats(values) -> np.ndarray:
     """`values` as a C-ordered, writeable float64 array, copied only if it is not one already: the
     argument types a twin's function is compiled for once (numba compiles anew for read-only or
@@ -55,14 +70,14 @@ def _floats(values) -> np.ndarray:
 #     [column, column + users) into `out`, a flat (coordinate, user) array (`gradients`' (d, users));
 #   losses(self, released, squares) -> (excess, population): `excess_loss` and `population_loss`
 #     of the released model (`squares`: a d-vector the function may write);
-#   draw(self, state, out, tape): `sample`'s users of a block into `out` (d, users), drawn from the
-#     kernel's generator `state` with pipeline.draws (`tape`: a uint64 scratch buffer).
+#   draw(self, state, out, tape): users into `out` (d, users), drawn from the kernel's generator
+#     `state` with pipeline.draws (`tape`: a uint64 scratch buffer): what `sample` returns.
 # They are written once, in the family's file: the quadratic's and Bernoulli's θ − x
 # (quadratic.QuadraticTwin, bernoulli.BernoulliTwin), the absolute deviation's sign(θ − x) + λθ
 # and the Moreau envelope of it (absolute.SignTwin, absolute.EnvelopeTwin, which is never drawn
 # from: the unsmoothed problem draws; Elastic's λ), and the kernels call them by the twin's type.
-# A Twinned problem's public gradients and losses are these functions too, compiled alone (numba
-# loads at the first call, not at import); their numpy forms are the tests' oracle
+# A Twinned problem's public gradients, losses and `sample` are these functions too, compiled alone
+# (numba loads at the first call, not at import); their numpy forms are the tests' oracle
 # (tests/oracles/problems.py). Anything else (logistic: numpy's SIMD exp and log are not libm's;
 # a plug-in that gives none) keeps numpy and the Python path.
 CompiledProblem = NamedTuple  # a problem's compiled twin: its constants, its class the functions above
@@ -376,13 +391,13 @@ TWINNED = ("gradients", "population_loss", "excess_loss")  # what Twinned runs o
 
 
 class Twinned(Problem):
-    """A problem whose gradients and losses are written once, as its compiled twin's functions
-    (`twin`, a CompiledProblem): `gradients`, `population_loss` and `excess_loss` run them compiled
-    one call at a time (compiled_function), and the compiled rounds inline the same functions.
-    Their numpy forms are the tests' oracle (tests/oracles/problems.py).
+    """A problem whose gradients, losses and users are written once, as its compiled twin's
+    functions (`twin`, a CompiledProblem): `gradients`, `population_loss`, `excess_loss` and
+    `sample` run them compiled one call at a time (compiled_function), and the compiled rounds
+    inline the same functions. Their numpy forms are the tests' oracle (tests/oracles/problems.py).
 
     Class attributes:
-      twin_reproduces: what else of the class the twin reproduces (its `draw`: `sample`; the
+      twin_reproduces: what else of the class the twin reproduces (`sample`, its `draw`; the
         kernels' projection: `project`). A subclass that overrides one of these, or `gradients`,
         `population_loss` or `excess_loss`, keeps the Python path (twins.keeps_twin).
       losses_restate: the methods the twin's `losses` restate inline (absolute's per-user
@@ -401,6 +416,9 @@ class Twinned(Problem):
     @functools.cached_property
     def _twin(self) -> CompiledProblem:
         return self.twin()
+
+    def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
+        return drawn_users(type(self._twin).draw, (self._twin,), rng, (self.data_dim, count))
 
     def gradients(self, theta: np.ndarray, data: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         return twin_gradients(self._twin, theta, data, out)

@@ -15,7 +15,7 @@ from pipeline.problems.quadratic import centred_gradients, centred_losses
 
 class BernoulliTwin(NamedTuple):
     """Bernoulli's compiled twin (pipeline.problems.base): the quadratic's gradients and losses
-    (quadratic.centred_gradients, centred_losses), and `draw`, Bernoulli.sample's bits.
+    (quadratic.centred_gradients, centred_losses), and `draw`, its users.
 
     Attributes:
       optimum: μ, the bits' means (θ*).
@@ -87,9 +87,6 @@ class Bernoulli(Twinned):
         optimum = scale * np.arange(1, self.dim + 1) / (self.dim + 1)
         optimum.flags.writeable = False
         return optimum
-
-    def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
-        return (rng.random((self.dim, count)) < self.optimum[:, None]).astype(np.float64)
 
     def prox(self, theta: np.ndarray, data: np.ndarray, step: float) -> np.ndarray:
         return (theta[:, None] + step * data) / (1.0 + step)

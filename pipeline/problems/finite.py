@@ -8,7 +8,7 @@ import numpy as np
 
 from pipeline import draws
 from pipeline.numerics import ordered_dot
-from pipeline.problems.base import Problem, ball_projection
+from pipeline.problems.base import Problem, ball_projection, drawn_users, writeable
 
 SUPPORT_SIZE = 64  # K, the number of points the data distribution puts mass on
 
@@ -21,7 +21,7 @@ def choice_cdf(weights: np.ndarray) -> np.ndarray:
 
 
 def finite_draw(cdf, support, state, out, tape):
-    """A compiled twin's draw (pipeline.problems.base) of sample_support's users into out (d, users):
+    """A finite problem's users drawn into out (d, users) (FiniteBallProblem.sample, a compiled twin's draw):
     numpy's `choice(K, size=users, p=weights)` draws one uniform double a user (`random(users)`)
     and takes the first index whose cdf (choice_cdf) exceeds it (`searchsorted(side="right")`);
     then the support's columns, gathered row by row. Raw outputs come a tape at a time."""
@@ -105,12 +105,6 @@ def finite_support(tag: int, dim: int, radius: float, size: int = SUPPORT_SIZE) 
     return support, weights
 
 
-def sample_support(rng: np.random.Generator, count: int, support: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """`count` i.i.d. draws from the finite distribution, as a fresh (d, count) float64 array."""
-    index = rng.choice(weights.size, size=count, p=weights)
-    return np.ascontiguousarray(support[:, index], dtype=np.float64)
-
-
 class FiniteBallProblem(Problem):
     """A loss on the ℓ2 ball of radius R whose data distribution is finite.
 
@@ -144,8 +138,13 @@ class FiniteBallProblem(Problem):
         """Per-user losses ℓ(θ, x_i), shape (count,)."""
         raise NotImplementedError
 
+    @functools.cached_property
+    def _draw_constants(self) -> tuple[np.ndarray, np.ndarray]:
+        """finite_draw's constants: the weights' choice_cdf and the support, writeable (what it compiles for)."""
+        return choice_cdf(self.weights), writeable(self.support)
+
     def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
-        return sample_support(rng, count, self.support, self.weights)
+        return drawn_users(finite_draw, self._draw_constants, rng, (self.support.shape[0], count))
 
     def project(self, theta: np.ndarray) -> np.ndarray:
         return ball_projection(theta, self.radius)

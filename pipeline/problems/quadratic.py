@@ -9,7 +9,7 @@ import numpy as np
 
 from pipeline import draws
 from pipeline.numerics import column_norms_into, pairwise_sum
-from pipeline.problems.base import Twinned, ball_projection, compiled_function, writeable
+from pipeline.problems.base import Twinned, ball_projection, writeable
 
 def centred_gradients(self, query, data, column, users, out):
     """A compiled twin's (pipeline.problems.base) gradients q − x, coordinate by coordinate (row by
@@ -33,7 +33,7 @@ def centred_losses(self, released, squares):
 
 class QuadraticTwin(NamedTuple):
     """The quadratic's compiled twin (pipeline.problems.base): centred_gradients, centred_losses,
-    and `draw`, Quadratic.sample's users.
+    and `draw`, its users.
 
     Attributes:
       optimum: θ*.
@@ -49,7 +49,7 @@ class QuadraticTwin(NamedTuple):
     losses = centred_losses
 
     def draw(self, state, out, tape):
-        """Quadratic.sample's users: the stream's next normals, placed on the sphere (on_sphere)."""
+        """The users: the stream's next normals (numpy's `standard_normal`), placed on the sphere (on_sphere)."""
         draws.normals(state, out.reshape(out.size), tape)
         on_sphere(self.optimum, self.spread, out)
 
@@ -57,7 +57,7 @@ class QuadraticTwin(NamedTuple):
 def on_sphere(optimum, spread, directions):
     """The users whose directions are these normals (d, users, C-ordered), in place: each user's
     direction (its norm numerics.column_norms_into, as np.linalg.norm(axis=0) sums it; a zero
-    norm read as 1) scaled to `spread` and moved to θ*. Quadratic.from_normals and its twin's draw."""
+    norm read as 1) scaled to `spread` and moved to θ*. The twin's draw."""
     dim, users = directions.shape
     norms = np.empty(users)
     column_norms_into(directions.reshape(directions.size), dim, users, norms)
@@ -86,7 +86,6 @@ class Quadratic(Twinned):
     dim: int
     radius: float
     name: ClassVar[str] = "quadratic"
-    twin_reproduces: ClassVar[tuple[str, ...]] = ("sample", "from_normals", "project")
 
     @property
     def lipschitz(self) -> float:
@@ -118,15 +117,6 @@ class Quadratic(Twinned):
         optimum = np.full(self.dim, self.radius / 2.0 / np.sqrt(self.dim))
         optimum.flags.writeable = False  # cached: nobody may change θ*
         return optimum
-
-    def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
-        return self.from_normals(rng.standard_normal((self.dim, count)))
-
-    def from_normals(self, directions: np.ndarray) -> np.ndarray:
-        """The users whose directions are these standard normals, (d, count) C-ordered float64, in
-        place (on_sphere, compiled): what `sample` makes of its draw."""
-        compiled_function(on_sphere)(self._twin.optimum, self.spread, directions)
-        return directions
 
     def prox(self, theta: np.ndarray, data: np.ndarray, step: float) -> np.ndarray:
         # argmin ½‖θ' − x‖² + ‖θ' − θ‖²/(2s) = (θ + s·x)/(1 + s).

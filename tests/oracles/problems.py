@@ -1,5 +1,5 @@
-"""The built-in problems' gradients, losses and projection in numpy, as their classes held them
-before their compiled twins became their one definition (pipeline.problems.base.Twinned): the
+"""The built-in problems' gradients, losses, projection and users in numpy, as their classes held
+them before their compiled twins became their one definition (pipeline.problems.base.Twinned): the
 tests' independent oracle, checked bit for bit in tests/test_problem_twins.py against the twins
 run interpreted, compiled alone and through the problems' public methods. Each takes the problem
 for its constants."""
@@ -30,6 +30,17 @@ def from_normals(problem, directions: np.ndarray) -> np.ndarray:
     directions *= np.divide(problem.spread, norms, out=norms)
     directions += problem.optimum[:, None]
     return directions
+
+
+def sample(problem, rng: np.random.Generator, count: int) -> np.ndarray:
+    """`count` users of a built-in problem that draws its own (d, count): the quadratic's from
+    numpy's normals, Bernoulli's bits from its uniforms, a finite problem's support points by
+    numpy's `choice` with their weights."""
+    if hasattr(problem, "support"):
+        return np.ascontiguousarray(problem.support[:, rng.choice(problem.weights.size, size=count, p=problem.weights)])
+    if problem.name == "bernoulli":
+        return (rng.random((problem.dim, count)) < problem.optimum[:, None]).astype(np.float64)
+    return from_normals(problem, rng.standard_normal((problem.dim, count)))
 
 
 def centred_gradients(problem, theta: np.ndarray, data: np.ndarray) -> np.ndarray:
