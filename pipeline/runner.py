@@ -10,6 +10,7 @@ import uuid
 from typing import TYPE_CHECKING, Callable
 
 from pipeline import engine
+from pipeline.accounting.rederive import rederive
 from pipeline.config import RunConfig
 from pipeline.errors import LeaseLost
 from pipeline.interrupts import Interrupts, bounded
@@ -100,7 +101,10 @@ def _run_grid(runs: list[RunConfig], store: ParquetStore, say: Callable[[str], N
     store.check_readable()
     # A rerun skips before it plans: runs the folder holds as finished are not planned again (the
     # folder is read again under the lock, where no other driver writes, for what to skip).
-    planned = _planned(runs, set(store.finished_runs()), say)
+    finished = set(store.finished_runs())
+    if any(run.run_id not in finished for run in runs):
+        rederive.start()  # the ledgers' checking process imports while the grid plans
+    planned = _planned(runs, finished, say)
     executor = None
     if planned:
         executor = engine.executor(first["execution.backend"], RunProgress(say))

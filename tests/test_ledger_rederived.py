@@ -178,12 +178,39 @@ def test_a_stalled_process_is_bounded_and_killed():
         checker.close()
 
 
+def test_a_process_started_ahead_is_killed_unless_asked_and_else_left_to_end():
+    """A grid starts the process before it plans (Rederiver.start), so that its imports overlap the
+    planning: one never asked (a grid that recorded nothing) is killed on close, not waited for
+    through its imports; one that answered ends by itself once its stdin closes."""
+    ahead = Rederiver()
+    ahead.start()
+    process = ahead._process
+    ahead.start()  # running: not started twice
+    assert ahead._process is process
+    ahead.close()
+    assert process.returncode == -signal.SIGKILL
+    asked = Rederiver()
+    asked.start()
+    process = asked._process
+    assert asked(_written())["same"] is True and asked._process is process  # the one started ahead answers
+    asked.close()
+    assert process.returncode == 0
+
+
+def _finished_runs(folder: Path) -> int:
+    """How many runs a results folder holds as finished (0 while it holds no readable table)."""
+    try:
+        return int((pd.read_parquet(folder / "runs.parquet")["status"] == "finished").sum())
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
 def test_sigterm_stops_a_grid_whose_rederivation_stalls(tmp_path):
     """Issue 46's reproducer through the public command: the re-derivation process stopped while a
     grid records, SIGTERM to the driver ends it with 143 at once, its run marked failed."""
     config = {"experiment": "stalled", "problem": {"name": "quadratic", "dim": 3, "radius": 1.0}, "n_users": 500,
               "optimizer": {"name": "mean_estimation"}, "privacy": {"epsilon": 1.0, "delta": 1e-6},
-              "seeds": [0, 1, 2, 3], "execution": {"backend": "local"},
+              "seeds": list(range(20)), "execution": {"backend": "local"},
               "tracking": {"mlflow_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "out": str(tmp_path / "out")}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     driver = psutil.Popen([sys.executable, "-m", "pipeline", "run", str(tmp_path / "config.yaml")], cwd=tmp_path,
@@ -195,6 +222,10 @@ def test_sigterm_stops_a_grid_whose_rederivation_stalls(tmp_path):
             child = next((c for c in driver.children(recursive=True) if "rederive" in " ".join(c.cmdline())), None)
             time.sleep(0.05)
         assert child is not None, "the grid never started its re-derivation process"
+        # Started before the grid plans: stopped once it has checked a run, so that it stalls the
+        # check of a later one while the grid records.
+        while not _finished_runs(tmp_path / "out") and time.monotonic() < deadline:
+            time.sleep(0.05)
         child.suspend()
         time.sleep(0.5)
         driver.send_signal(signal.SIGTERM)

@@ -4,8 +4,9 @@ accountants and nothing else (no plug-in module, no config), so that a plug-in t
 patches the ledger or an accountant in the driver cannot make a run report less than it
 spent, or pass its target unchecked (issue 29, item 1).
 
-The process is started once per driver, at the first check, and answers each ledger for
-the driver's life: its start-up (about 1.5 s of imports) is paid once. It runs isolated
+The process is started once per driver, when a grid with runs to record starts (or at the
+first check), and answers each ledger for the driver's life: its start-up (about 1.5 s of
+imports) is paid once, beside the grid's own planning. It runs isolated
 (`python -I`: no PYTHONPATH, no user site, no current folder on its path, so no
 `sitecustomize` a caller's environment slips in), and answers on a pipe of its own, each
 answer carrying the question's random nonce: a line printed on its stdout by anything else
@@ -67,7 +68,19 @@ class Rederiver:
     def __init__(self):
         self._process: subprocess.Popen | None = None
         self._answers = None  # the read end of the process's answer pipe
+        self._asked = False  # whether the process was asked anything (else it is killed on close)
         self._lock = threading.Lock()  # one question at a time on the pipe
+
+    def start(self) -> None:
+        """Starts the process now unless it runs, so that its imports overlap the caller's work
+        (a grid's planning and runs) instead of delaying the first check."""
+        with self._lock:
+            self._started()
+
+    def _started(self) -> None:
+        """The process, started if it is not running (the caller holds the lock)."""
+        if self._process is None or self._process.poll() is not None:
+            self._start()
 
     def __call__(self, data: dict, timeout: float = TIMEOUT_S) -> dict:
         """The separate process's verdict on a ledger JSON (see `verdict`).
@@ -82,8 +95,8 @@ class Rederiver:
           KeyboardInterrupt: a signal handler raised while waiting (the process is ended).
         """
         with self._lock:
-            if self._process is None or self._process.poll() is not None:
-                self._start()
+            self._started()
+            self._asked = True
             nonce = secrets.token_hex(16)
             try:
                 self._process.stdin.write(json.dumps({"nonce": nonce, "ledger": data}) + "\n")
@@ -128,11 +141,12 @@ class Rederiver:
         self._answers = read_end
 
     def close(self, kill: bool = False) -> None:
-        """Ends the process: its stdin closed, it exits after its last answer (or killed at once)."""
+        """Ends the process: its stdin closed, it exits after its last answer (killed at once if
+        `kill`, or if it was never asked: started ahead for a grid that recorded nothing)."""
         process, self._process = self._process, None
         answers, self._answers = self._answers, None
         if process is not None and process.poll() is None:
-            if kill:
+            if kill or not self._asked:
                 process.kill()
             else:
                 process.stdin.close()
@@ -157,6 +171,8 @@ def main(answer_fd: int) -> None:
     `answered_before`: kept here, in the process no plug-in reaches, by the SHA-256 of the JSON's
     canonical text (a grid of thousands of points keeps a small verdict each, not its ledger).
     """
+    import pipeline.accounting.ledger  # noqa: F401  (its imports, about 1.5 s, before the first question)
+
     given: dict[str, dict] = {}
     with os.fdopen(answer_fd, "w") as answers:
         for line in sys.stdin:
