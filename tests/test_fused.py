@@ -14,15 +14,17 @@ import pytest
 import yaml
 from numba import njit
 
+from oracles import problems as problem_oracle
 from pipeline import cli, config, draws, planning, twins
 from pipeline.engine import fused
 from pipeline import compiled as philox  # its generator part
 from pipeline.numerics import pairwise_sum
 from pipeline.draws import TAPE_RAWS
-from pipeline.engine.layout import counter, run_key, stream
+from pipeline.engine.layout import DATA_STREAM, counter, run_key, stream
 from pipeline.engine.shard import Shard
 from pipeline.errors import NonFiniteError
 from pipeline.optimizers.seq_sgd import SeqSGD
+from pipeline.problems.base import draw_key
 from pipeline.problems.quadratic import Quadratic
 from pipeline.protocols.cjmp import CjmpVec
 
@@ -265,13 +267,17 @@ def test_compiled_normals_are_numpys_on_the_tape_and_past_it(count, tape):
 @pytest.mark.parametrize("n_users, dim, block_size", [(5_000, 10, 1024), (4_097, 3, 1024), (300, 1, 64),
                                                       (20_000, 2, 16_384)])
 def test_the_fused_path_draws_the_users_of_draw_block(n_users, dim, block_size, problem):
-    """Blocks whole and partial (4,097 users: a last block of one user; 16,384 · 2 values: more
-    than a tape of raw outputs), the quadratic's normals and the finite problems' choices."""
+    """Both paths' users of every block are numpy's (the oracle's) on the block's own stream: blocks
+    whole and partial (4,097 users: a last block of one user; 16,384 · 2 values: more than a tape
+    of raw outputs), the quadratic's normals and the finite problems' choices."""
     job = _job(_tree(n_users=n_users, dim=dim, block_size=block_size, problem=problem))
     shard = Shard(job, 0, job.layout.n_blocks)
     rounds = fused.FusedRounds(shard)
     for block in range(job.layout.n_blocks):
-        assert np.array_equal(rounds.draw_block(block), shard.draw_block(block)), block
+        first, stop = job.layout.block_users(block)
+        want = problem_oracle.sample(job.problem, stream(job.seed, DATA_STREAM, block), stop - first)
+        assert np.array_equal(rounds.draw_block(block), want), block
+        assert np.array_equal(shard.draw_block(block), want), block
 
 
 _compiled_pairwise_sum = njit(pairwise_sum)  # numerics' sum, as the kernels compile it
@@ -604,7 +610,7 @@ def test_a_new_pair_of_protocol_and_optimizer_stages_is_cached_only_once_it_has_
     assert fused.kernels_cached() and not fused.kernels_cached((agd,))
     _rounds(agd, 1, fused_path=True)
     assert fused.kernels_cached((agd,))
-    draw_marker = fused._marker(fused.draw_key(agd.problem.compiled_problem()))
+    draw_marker = fused._marker(draw_key(type(agd.problem.compiled_problem())))
     draw_marker.unlink()  # the users' draw (a kernel of its own, per twin) counts too
     assert not fused.kernels_cached((agd,))
     draw_marker.touch()

@@ -37,6 +37,7 @@ from pipeline.engine.rounds import RoundRecords
 from pipeline.errors import NonFiniteError
 from pipeline.numerics import pairwise_sum, project_to_ball
 from pipeline.optimizers.base import RoundGroup, gradient_problem
+from pipeline.problems.base import draw_key, twin_draw
 from pipeline.protocols.base import GRADIENTS
 from pipeline.twins import stage_key
 
@@ -118,7 +119,7 @@ def kernels_cached(jobs: tuple = ()) -> bool:
                                                  gradient_problem(job.problem, group.smoothing).compiled_problem()))
             for job in drawn for first, group in zip(job.schedule.group_starts, job.schedule.groups)
             for optimizer in job.optimizer.steppers()}
-    keys |= {draw_key(job.problem.unsmoothed.compiled_problem()) for job in drawn}
+    keys |= {draw_key(type(job.problem.unsmoothed.compiled_problem())) for job in drawn}
     return all(_marker(key).exists() and _marker(key).stat().st_mtime > source for key in keys)
 
 
@@ -137,11 +138,6 @@ ENCODING_FUNCTIONS = ("work", "encode", "finish_block", "analyze", "counts")
 def encoding_functions(encoding: Any) -> tuple:
     """A protocol's fused encoding's functions (ENCODING_FUNCTIONS that its class defines)."""
     return tuple(getattr(type(encoding), name) for name in ENCODING_FUNCTIONS if hasattr(type(encoding), name))
-
-
-def draw_key(twin: Any) -> str:
-    """The stage_key of a problem's twin's users' draw (compiled.draw_kernel)."""
-    return stage_key("draw", (type(twin).draw,))
 
 
 def twin_functions(twin: Any) -> tuple:
@@ -188,8 +184,8 @@ class FusedRounds:
         self._generator = np.zeros(compiled.STATE_WORDS, np.uint64)
         self._problems: dict[float, Any] = {}  # compiled_problem by a group's smoothing
         self._twin = shard.job.problem.unsmoothed.compiled_problem()  # whose `draw` draws the users
-        self._draw_key = draw_key(self._twin)
-        self._draw = compiled.draw_kernel(type(self._twin), int(self._draw_key[:15], 16))
+        self._draw_key = draw_key(type(self._twin))
+        self._draw = twin_draw(type(self._twin))
         self._kernels: dict[tuple, tuple] = {}  # (round kernel, its stage_key) by the functions it inlines
         self._calls: dict[tuple, tuple] = {}  # _call's, by group (or round) and phase
         self._plans_per_budget = shard.job.protocol.plans_per_budget()

@@ -14,7 +14,7 @@ from pipeline import draws
 from pipeline.errors import ConfigError, shown
 from pipeline.numerics import project_to_ball
 from pipeline.options import Option
-from pipeline.twins import keeps_twin
+from pipeline.twins import keeps_twin, stage_key
 # How users hold records (one each, m, or a law of counts; the records a round uses) is part of the
 # problem contract: the engine reads it from here. Its machinery lives in records.py.
 from pipeline.problems.records import ONE_EACH, RecordsPerUser, choose_records, offsets_of  # noqa: F401
@@ -40,17 +40,30 @@ def compiled_function(function):
     return compiled.compiled_function(function)
 
 
+def draw_key(twin_type: type) -> str:
+    """The stage_key of a twin class's users' draw: its compiled kernel's cache key (twin_draw)."""
+    return stage_key("draw", (twin_type.draw,))
+
+
+def twin_draw(twin_type: type):
+    """A twin class's users' draw, compiled (compiled.draw_kernel, which releases the GIL), one per
+    class: what Twinned.sample runs, and the fused rounds in the thread that draws ahead."""
+    from pipeline import compiled
+
+    return compiled.draw_kernel(twin_type, int(draw_key(twin_type)[:15], 16))
+
+
 def drawn_users(draw, constants: tuple, rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
-    """Users drawn by a compiled twin's draw, `draw(*constants, state, out, tape)` (pipeline.draws),
-    compiled alone, from `rng`'s stream (draws.drawn_in_compiled_code: a Philox generator gives
-    numpy's draws, the generator left where numpy's would be; another seeds a stream of its own).
+    """Users drawn by a compiled draw, `draw(*constants, state, out, tape)` (pipeline.draws), from
+    `rng`'s stream (draws.drawn_in_compiled_code: a Philox generator gives numpy's draws, the
+    generator left where numpy's would be; another seeds a stream of its own).
 
     Returns:
       A new float64 array of `shape`.
     """
     users = np.empty(shape)
     with draws.drawn_in_compiled_code(rng) as state:
-        compiled_function(draw)(*constants, state, users, draws.tape_for(users.size))
+        draw(*constants, state, users, draws.tape_for(users.size))
     return users
 
 
@@ -418,7 +431,7 @@ class Twinned(Problem):
         return self.twin()
 
     def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
-        return drawn_users(type(self._twin).draw, (self._twin,), rng, (self.data_dim, count))
+        return drawn_users(twin_draw(type(self._twin)), (self._twin,), rng, (self.data_dim, count))
 
     def gradients(self, theta: np.ndarray, data: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         return twin_gradients(self._twin, theta, data, out)

@@ -8,7 +8,7 @@ import numpy as np
 
 from pipeline import draws
 from pipeline.numerics import ordered_dot
-from pipeline.problems.base import Problem, ball_projection, drawn_users, writeable
+from pipeline.problems.base import Problem, ball_projection, compiled_function, drawn_users, writeable
 
 SUPPORT_SIZE = 64  # K, the number of points the data distribution puts mass on
 
@@ -144,7 +144,7 @@ class FiniteBallProblem(Problem):
         return choice_cdf(self.weights), writeable(self.support)
 
     def sample(self, rng: np.random.Generator, count: int) -> np.ndarray:
-        return drawn_users(finite_draw, self._draw_constants, rng, (self.support.shape[0], count))
+        return drawn_users(compiled_function(finite_draw), self._draw_constants, rng, (self.support.shape[0], count))
 
     def project(self, theta: np.ndarray) -> np.ndarray:
         return ball_projection(theta, self.radius)
