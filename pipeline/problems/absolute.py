@@ -196,9 +196,8 @@ class Absolute(Twinned, FiniteBallProblem):
 
     Data: a fixed distribution on K = 64 points with ‖x‖₂ ≤ R/2 and unequal weights
     (`finite_support`, drawn from ``default_rng([2, d])`` and scaled by R); `sample`
-    draws from it as numpy's ``rng.choice``
-    would (`finite.finite_draw`, compiled). The population loss F(θ) = Σ_k w_k ‖θ − x_k‖₁
-    is an exact finite sum.
+    draws from it as numpy's ``rng.choice`` would (its twin's `finite.finite_draw`,
+    compiled). The population loss F(θ) = Σ_k w_k ‖θ − x_k‖₁ is an exact finite sum.
 
     Optimum: F separates over coordinates, so θ*_j is the weighted (lower) median of
     the x_kj, found exactly from the sorted support (`coordinate_minimizers`, λ = 0);

@@ -405,9 +405,9 @@ TWINNED = ("gradients", "population_loss", "excess_loss")  # what Twinned runs o
 
 class Twinned(Problem):
     """A problem whose gradients, losses and users are written once, as its compiled twin's
-    functions (`twin`, a CompiledProblem): `gradients`, `population_loss`, `excess_loss` and
-    `sample` run them compiled one call at a time (compiled_function), and the compiled rounds
-    inline the same functions. Their numpy forms are the tests' oracle (tests/oracles/problems.py).
+    functions (`twin`, a CompiledProblem): `gradients`, `population_loss` and `excess_loss` run
+    them compiled one call at a time (compiled_function), `sample` its draw's kernel (twin_draw),
+    and the compiled rounds inline the same functions. Their numpy forms are the tests' oracle (tests/oracles/problems.py).
 
     Class attributes:
       twin_reproduces: what else of the class the twin reproduces (`sample`, its `draw`; the

@@ -19,9 +19,8 @@ class Elastic(Absolute):
 
     Data: a fixed distribution on K = 64 points with ‖x‖₂ ≤ R/2 and unequal weights
     (`finite.finite_support`, drawn from ``default_rng([3, d])`` and scaled by R);
-    `sample` draws from it as numpy's ``rng.choice``
-    would (`finite.finite_draw`, compiled). F(θ) = Σ_k w_k ‖θ − x_k‖₁ + (λ/2)‖θ‖²
-    is an exact finite sum.
+    `sample` draws from it as numpy's ``rng.choice`` would (`finite.finite_draw`,
+    compiled). F(θ) = Σ_k w_k ‖θ − x_k‖₁ + (λ/2)‖θ‖² is an exact finite sum.
 
     Optimum: F separates over coordinates into G_j(t) = Σ_k w_k |t − x_kj| + (λ/2)t²,
     convex and piecewise quadratic. `absolute.coordinate_minimizers` finds the piece

@@ -21,7 +21,7 @@ def choice_cdf(weights: np.ndarray) -> np.ndarray:
 
 
 def finite_draw(cdf, support, state, out, tape):
-    """A finite problem's users drawn into out (d, users) (FiniteBallProblem.sample, a compiled twin's draw):
+    """A finite problem's users drawn into out (d, users), compiled (FiniteBallProblem.sample; SignTwin.draw):
     numpy's `choice(K, size=users, p=weights)` draws one uniform double a user (`random(users)`)
     and takes the first index whose cdf (choice_cdf) exceeds it (`searchsorted(side="right")`);
     then the support's columns, gathered row by row. Raw outputs come a tape at a time."""

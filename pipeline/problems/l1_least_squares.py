@@ -149,8 +149,7 @@ class L1LeastSquares(FiniteBallProblem):
       * labels y = ⟨a, θ₀⟩ + ξ, the noise ξ = ±R/2 with probability ½ each, independent
         of a (mean exactly 0). The support is the 2K pairs (a, y), K ≤ d + 64 the number of
         distinct feature vectors (repeats, likely for small d, are merged).
-    `sample` draws from it as numpy's ``rng.choice``
-    would (`finite.finite_draw`, compiled).
+    `sample` draws from it as numpy's ``rng.choice`` would (`finite.finite_draw`, compiled).
 
     Population loss: F(θ) = ½θᵀΣθ − bᵀθ + c with Σ = E[aaᵀ], b = E[ya], c = ½E[y²],
     computed once as exact weighted sums over the support; each call is O(d²) and

@@ -27,7 +27,8 @@ class Logistic(FiniteBallProblem):
     and the true model θ₀ = (R/2)·1/√d. Label y = +1 has probability σ(⟨θ₀, z_k⟩),
     so w takes the 128 values ±z_k with weights m_k·σ(±⟨θ₀, z_k⟩) (both signs always
     have positive mass: the data are not separable). `sample` draws from them as
-    numpy's ``rng.choice`` would (`finite.finite_draw`, compiled); F(θ) = Σ weights·log(1 + exp(−⟨θ, w⟩)) is an exact finite sum.
+    numpy's ``rng.choice`` would (`finite.finite_draw`, compiled);
+    F(θ) = Σ weights·log(1 + exp(−⟨θ, w⟩)) is an exact finite sum.
 
     Optimum: θ* = θ₀, in closed form. ∇F(θ) = −Σ_k m_k z_k [σ(s_k)σ(−s_k') − σ(−s_k)σ(s_k')]
     with s_k = ⟨θ₀, z_k⟩ and s_k' = ⟨θ, z_k⟩ vanishes at θ = θ₀, and F is convex, so
