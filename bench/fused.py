@@ -15,6 +15,7 @@ def numpy_normals(job, block: int):
     first, stop = job.layout.block_users(block)
     return stream(job.seed, DATA_STREAM, block).standard_normal((job.problem.dim, stop - first))
 
+
 DIM = 10
 # The fused runs timed, by the prefix of their metrics: (optimizer, protocol; None: the default,
 # cjmp_vec; problem).

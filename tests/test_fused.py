@@ -245,9 +245,9 @@ def _raws_taken(draw, key: tuple) -> int:
                                          (10_000, 4096), (200_000, TAPE_RAWS)])
 def test_compiled_normals_are_numpys_on_the_tape_and_past_it(count, tape):
     """The quadratic's normals (its twin's draw: its `sample` and the fused path's): the compiled
-    draw gives numpy's standard_normal bit for bit, and leaves the stream where numpy leaves it, whatever the tape: with a tape of
-    one raw output every rejection of the ziggurat's box draws its further raw outputs past
-    the tape (numpy takes more raw outputs than normals, so some do)."""
+    draw gives numpy's standard_normal bit for bit, and leaves the stream where numpy leaves it,
+    whatever the tape: with a tape of one raw output every rejection of the ziggurat's box draws
+    its further raw outputs past the tape (numpy takes more raw outputs than normals, so some do)."""
     key = (5, count)
     reference = stream(0, *key)
     want = reference.standard_normal(count)

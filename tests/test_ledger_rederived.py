@@ -226,6 +226,8 @@ def test_sigterm_stops_a_grid_whose_rederivation_stalls(tmp_path):
         # check of a later one while the grid records.
         while not _finished_runs(tmp_path / "out") and time.monotonic() < deadline:
             time.sleep(0.05)
+        recorded = _finished_runs(tmp_path / "out")
+        assert 0 < recorded < len(config["seeds"]), f"{recorded} runs recorded when the process was stopped"
         child.suspend()
         time.sleep(0.5)
         driver.send_signal(signal.SIGTERM)

@@ -2,7 +2,6 @@
 instead of being cast into a message (issue #29, item 3); on both backends."""
 from __future__ import annotations
 
-
 import pandas as pd
 import pytest
 import yaml
