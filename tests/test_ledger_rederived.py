@@ -195,6 +195,10 @@ def test_a_process_started_ahead_is_killed_unless_asked_and_else_left_to_end():
     assert asked(_written())["same"] is True and asked._process is process  # the one started ahead answers
     asked.close()
     assert process.returncode == 0
+    asked.start()  # a new process, not asked yet: what the last one was asked does not count
+    process = asked._process
+    asked.close()
+    assert process.returncode == -signal.SIGKILL
 
 
 def _finished_runs(folder: Path) -> int:

@@ -68,7 +68,7 @@ class Rederiver:
     def __init__(self):
         self._process: subprocess.Popen | None = None
         self._answers = None  # the read end of the process's answer pipe
-        self._asked = False  # whether the process was asked anything (else it is killed on close)
+        self._asked = False  # whether the running process was asked anything (else it is killed on close)
         self._lock = threading.Lock()  # one question at a time on the pipe
 
     def start(self) -> None:
@@ -81,6 +81,7 @@ class Rederiver:
         """The process, started if it is not running (the caller holds the lock)."""
         if self._process is None or self._process.poll() is not None:
             self._start()
+            self._asked = False
 
     def __call__(self, data: dict, timeout: float = TIMEOUT_S) -> dict:
         """The separate process's verdict on a ledger JSON (see `verdict`).
